@@ -1,0 +1,1 @@
+"""Pure rules engines, one module per game, listed in an explicit registry (scoring.registry)."""

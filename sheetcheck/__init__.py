@@ -1,0 +1,3 @@
+"""sheetcheck: read photographed roll-and-write score sheets and audit them."""
+
+__version__ = "0.1.0"

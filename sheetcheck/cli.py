@@ -1,0 +1,112 @@
+"""The ``sheetcheck`` command line: a thin shell over the library.
+
+Each subcommand's parser is declared here; its work is done by ``run(args) -> int`` in
+``sheetcheck/commands/<name>.py``, imported only when that subcommand runs so that start-up
+stays fast. Every :class:`~sheetcheck.errors.SheetcheckError` becomes a one-paragraph message on
+stderr and its own exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sheetcheck.errors import SheetcheckError
+
+EPILOG = """exit codes: 0 ok; 1 a verdict other than OK; 2 usage error; 10+ errors
+(20 invalid template, 21 unknown template, 30-36 bad photo, 40 invalid state, 50 input file)."""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sheetcheck",
+        description="Check photographed score sheets of roll-and-write games "
+                    "(Pick a Pen: Crypts and Reefs).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    s = sub.add_parser("templates", help="list the sheet templates this sheetcheck knows",
+                       description="List template ids with game, level, version and title.")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.add_argument("--schema", metavar="PATH",
+                   help="also write the template JSON Schema to PATH")
+
+    s = sub.add_parser("print", help="print a blank sheet as PDF or PNG",
+                       description="Render a clean sheet to play on: A4/Letter at true size in the "
+                                   "PDF, four ArUco corner markers identifying the template, and a "
+                                   "colour-calibration strip. Next to a PNG it writes "
+                                   "NAME.regions.json (see docs/REGIONS_JSON.md).")
+    s.add_argument("template", help="template id (see `sheetcheck templates`)")
+    s.add_argument("--out", required=True, help="output file, .pdf or .png")
+    s.add_argument("--dpi", type=int, default=None, help="resolution (default 300 for PDF, 150 for PNG)")
+    s.add_argument("--no-markers", action="store_true",
+                   help="leave out the fiducial markers (a sheet whose printer did not add them)")
+
+    s = sub.add_parser("simulate", help="make realistic phone photos of filled sheets with known truth",
+                       description="Paint pencil marks on a sheet and photograph it with a simulated "
+                                   "phone camera. Writes photo JPEG(s) and truth JSON into --out.")
+    s.add_argument("template", help="template id")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--marks", metavar="MARKS.json", help="marks to paint: {region_id: mark}")
+    g.add_argument("--random", action="store_true", help="draw random marks")
+    g.add_argument("--game", action="store_true",
+                   help="play a legal game with the rules engine and paint its end state")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    s.add_argument("--preset", choices=["easy", "typical", "hard"], default="typical",
+                   help="difficulty preset for the camera and the pencils (default typical)")
+    s.add_argument("--count", type=int, default=1, help="how many photos (seeds seed..seed+count-1)")
+    s.add_argument("--no-markers", action="store_true", help="photograph a sheet printed without markers")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="fix one camera/pencil condition (repeatable), e.g. --set rotation_deg=180")
+    s.add_argument("--out", required=True, help="output folder")
+
+    s = sub.add_parser("read", help="read a photo of a filled sheet into region readings",
+                       description="Find the sheet in each photo, identify its template, and read "
+                                   "every region (empty, a pencil colour, or crossed).")
+    s.add_argument("photos", nargs="+", help="photo file(s): JPEG, PNG, WebP, HEIC")
+    s.add_argument("--template", help="template id, if known (skips identification)")
+    s.add_argument("--json", action="store_true",
+                   help="one JSON object per photo per line (see docs/READ_JSON.md)")
+    s.add_argument("--debug-dir", help="write the stages' pictures here")
+
+    s = sub.add_parser("eval", help="measure the reader on simulated photos with truth",
+                       description="Run the reader over a folder of photos with truth files and "
+                                   "print accuracy per kind, colour and preset, confident errors, "
+                                   "and timings.")
+    s.add_argument("folder", help="folder of photos and their truth JSON (as simulate writes them)")
+    s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+
+    s = sub.add_parser("score", help="score and audit a game state typed by hand",
+                       description="Print the breakdown, every rule finding and the total for a "
+                                   "state JSON (see docs/STATE_JSON.md).")
+    s.add_argument("state", help="state JSON file")
+    s.add_argument("--json", action="store_true", help="print the audit as JSON")
+
+    s = sub.add_parser("bench", help="benchmarks: read speed, scoring throughput",
+                       description="Measure speed as ratios within one run (shared machines are noisy).")
+    s.add_argument("what", choices=["read", "scoring"], help="which benchmark")
+    s.add_argument("--count", type=int, default=None, help="how many inputs")
+    s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(f"sheetcheck.commands.{args.command}")
+    try:
+        return int(module.run(args) or 0)
+    except SheetcheckError as e:
+        print(f"sheetcheck {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("sheetcheck: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
