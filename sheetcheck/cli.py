@@ -14,7 +14,7 @@ import sys
 
 from sheetcheck.errors import SheetcheckError
 
-EPILOG = """exit codes: 0 ok; 1 a verdict other than OK; 2 usage error; 10+ errors
+EPILOG = """exit codes: 0 ok; 1 some inputs failed; 2 usage error; 3 DISCREPANCY; 4 NEEDS REVIEW; 10+ errors
 (20 invalid template, 21 unknown template, 30-36 bad photo, 40 invalid state, 50 input file)."""
 
 
@@ -84,9 +84,33 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("state", help="state JSON file")
     s.add_argument("--json", action="store_true", help="print the audit as JSON")
 
+    s = sub.add_parser("check", help="check one photo: read, score, audit, verdict and overlay",
+                       description="Find the sheet, read it, score and audit it, and print the "
+                                   "breakdown, the total by the rules and as claimed, the findings "
+                                   "and a verdict (OK, DISCREPANCY, NEEDS REVIEW). Exit code 0 for "
+                                   "OK, 3 for DISCREPANCY, 4 for NEEDS REVIEW.")
+    s.add_argument("photo", help="photo file")
+    s.add_argument("--template", help="template id, if known")
+    s.add_argument("--fix", action="append", default=[], metavar="REGION=MARK",
+                   help="a person's correction of one region's reading (repeatable)")
+    s.add_argument("--overlay", metavar="PATH", help="where to write the overlay picture "
+                                                     "(default: PHOTO.overlay.png beside the photo)")
+    s.add_argument("--json", action="store_true", help="print the whole report as JSON")
+
+    s = sub.add_parser("batch", help="check every photo in a folder or zip; resumable report",
+                       description="Check many photos in parallel, store every result in SQLite as "
+                                   "it is made (re-runs skip photos already done), and write "
+                                   "results.csv, results.json and index.html.")
+    s.add_argument("source", help="folder (searched recursively) or .zip of photos")
+    s.add_argument("--out", required=True, help="report folder")
+    s.add_argument("--manifest", help="CSV with columns file,player[,table]")
+    s.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    s.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on a Dask distributed cluster")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     s = sub.add_parser("bench", help="benchmarks: read speed, scoring throughput",
                        description="Measure speed as ratios within one run (shared machines are noisy).")
-    s.add_argument("what", choices=["read", "scoring"], help="which benchmark")
+    s.add_argument("what", choices=["read", "scoring", "batch"], help="which benchmark")
     s.add_argument("--count", type=int, default=None, help="how many inputs")
     s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     return p
