@@ -1,0 +1,296 @@
+"""Decode a photo: JPEG, PNG, WebP, HEIC/HEIF, EXIF orientation applied, at reduced size.
+
+The reader does not need a 12 MP image: a sheet rectified at 100 dpi is about 1170 x 830 px, so
+decoding at roughly 2000 px on the long side keeps every detail it uses. For JPEG the reduction is
+almost free: libjpeg's DCT scaling (Pillow's ``Image.draft``) decodes straight at 1/2, 1/4 or 1/8
+size, several times faster than a full decode. Other formats are decoded in full and reduced
+with area averaging.
+
+Bad input is reported before any pixel is decoded where possible: the header gives the size,
+so a decompression bomb never reaches the decoder.
+
+Coordinates: ``DecodedPhoto.image`` is indexed ``[row, col]``; a point (x, y) in the decoded image
+is (x / scale, y / scale) in the full-resolution, oriented photo.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from sheetcheck.errors import (CorruptImageError, ImageTooLargeError, InputFileError,
+                               NotAnImageError)
+
+try:  # HEIC/HEIF is the default format of iPhones.
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+    HEIF_SUPPORTED = True
+except ImportError:  # pragma: no cover - pillow-heif is a declared dependency
+    HEIF_SUPPORTED = False
+
+__all__ = ["DecodedPhoto", "decode_photo", "load_photo", "MAX_PIXELS", "MAX_FILE_BYTES"]
+
+#: Largest photo accepted, in pixels (width x height from the header). Phones shoot 12-50 MP;
+#: anything larger is a scan at an absurd resolution or a decompression bomb.
+MAX_PIXELS = 50_000_000
+#: Largest file accepted. A 50 MP JPEG is ~25 MB; PNGs of phone photos stay under 100 MB.
+MAX_FILE_BYTES = 120_000_000
+#: Smallest useful photo: below this the sheet cannot be read at all.
+MIN_SIDE = 64
+
+# Formats a phone or a scanner produces that the reader accepts. Anything else Pillow can open
+# (GIF, ICO, PSD ...) is almost certainly the wrong file.
+ACCEPTED_FORMATS = ("JPEG", "MPO", "PNG", "WEBP", "HEIF", "AVIF", "TIFF", "BMP")
+
+
+@dataclass(frozen=True)
+class DecodedPhoto:
+    """A decoded, upright photo.
+
+    Attributes
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        RGB, EXIF orientation applied, possibly reduced.
+    scale : float
+        Decoded px per original px (``<= 1`` when reduced).
+    original_size : tuple of int
+        ``(w, h)`` of the full-resolution, oriented photo.
+    format : str
+        ``"JPEG"``, ``"PNG"``, ``"WEBP"``, ``"HEIF"`` ...
+    """
+
+    image: np.ndarray
+    scale: float
+    original_size: tuple[int, int]
+    format: str
+
+
+_RETAKE = "Send the original photo file again (or take a new photo)."
+
+
+def _open(data: bytes, name: str) -> Image.Image:
+    if len(data) == 0:
+        raise NotAnImageError(f"{name} is empty (0 bytes): there is no photo in it.",
+                              hint="The upload or copy probably failed; send the photo again.")
+    if len(data) > MAX_FILE_BYTES:
+        raise ImageTooLargeError(
+            f"{name} is {len(data) / 1e6:.0f} MB, more than the {MAX_FILE_BYTES / 1e6:.0f} MB "
+            "a photo of a score sheet needs.",
+            hint="Send a normal phone photo (JPEG or HEIC, 12 MP is plenty).")
+    try:
+        with warnings.catch_warnings():
+            # Pillow warns (rather than raises) between MAX_IMAGE_PIXELS and twice that; our
+            # own limit below is lower and gives a proper message.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise ImageTooLargeError(
+            f"{name} declares an image far too large to decode safely ({e}).",
+            hint=f"Send a photo of at most {MAX_PIXELS / 1e6:.0f} megapixels.") from None
+    except UnidentifiedImageError:
+        head = data[:16]
+        sniffed = _sniff(head)
+        if sniffed:
+            raise CorruptImageError(
+                f"{name} starts like a {sniffed} file but is damaged: its header cannot be read.",
+                hint=_RETAKE) from None
+        what = "a PDF" if head.startswith(b"%PDF") else (
+            "text" if _looks_like_text(data[:512]) else "not a known image format")
+        raise NotAnImageError(
+            f"{name} is not an image ({what}, {len(data)} bytes).",
+            hint="Send a photo of the score sheet as JPEG, PNG, WebP or HEIC.") from None
+    except (OSError, ValueError, SyntaxError) as e:
+        raise CorruptImageError(f"{name} looks like an image but its header is damaged ({e}).",
+                                hint=_RETAKE) from None
+    fmt = (im.format or "").upper()
+    if fmt not in ACCEPTED_FORMATS:
+        raise NotAnImageError(
+            f"{name} is a {fmt or 'unknown'} image, not a photo format sheetcheck reads.",
+            hint="Send a photo of the score sheet as JPEG, PNG, WebP or HEIC.")
+    w, h = im.size
+    if w * h > MAX_PIXELS:
+        raise ImageTooLargeError(
+            f"{name} is {w} x {h} px ({w * h / 1e6:.0f} megapixels), more than the "
+            f"{MAX_PIXELS / 1e6:.0f} megapixels sheetcheck decodes.",
+            hint="Send a normal phone photo, or reduce the image to at most "
+                 f"{MAX_PIXELS / 1e6:.0f} megapixels first.")
+    if min(w, h) < MIN_SIDE:
+        raise NotAnImageError(
+            f"{name} is only {w} x {h} px: far too small to hold a readable score sheet.",
+            hint="Send the full-size photo, not a thumbnail.")
+    return im
+
+
+def _sniff(head: bytes) -> str | None:
+    """The image format a file's first bytes announce, or None."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WebP"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"hevc", b"avif"):
+        return "HEIC/HEIF"
+    return None
+
+
+def _looks_like_text(b: bytes) -> bool:
+    if not b:
+        return False
+    printable = sum(32 <= c < 127 or c in (9, 10, 13) for c in b)
+    return printable / len(b) > 0.95
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        return int(im.getexif().get(0x0112, 1) or 1)
+    except Exception:  # a damaged EXIF block must not stop the read: assume upright
+        return 1
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode == "RGB":
+        return im
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        # Transparent pixels are paper, not black.
+        rgba = im.convert("RGBA")
+        bg = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(bg, rgba).convert("RGB")
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        a = np.asarray(im, dtype=np.float64)
+        top = 65535.0 if a.max() > 255 else 255.0
+        g = np.clip(a * (255.0 / top) + 0.5, 0, 255).astype(np.uint8)
+        return Image.fromarray(g).convert("RGB")
+    return im.convert("RGB")
+
+
+def decode_photo(data: bytes, *, max_long_side: int | None = 2000,
+                 name: str = "the photo") -> DecodedPhoto:
+    """Decode photo bytes into an upright RGB array, reduced to about ``max_long_side``.
+
+    Parameters
+    ----------
+    data : bytes
+        The file's contents.
+    max_long_side : int or None, optional
+        Reduce so that the long side is at most this many px (``None``: full resolution).
+        JPEGs are reduced during decoding (DCT scaling), so they are never decoded in full.
+    name : str, optional
+        How messages refer to the input (a file name).
+
+    Returns
+    -------
+    DecodedPhoto
+
+    Raises
+    ------
+    NotAnImageError
+        Empty data, or data that is no image format sheetcheck reads.
+    CorruptImageError
+        Truncated or damaged image data.
+    ImageTooLargeError
+        More than :data:`MAX_PIXELS` pixels (checked from the header before decoding), or a
+        decompression bomb.
+    """
+    if max_long_side is not None and max_long_side < MIN_SIDE:
+        raise ValueError(f"max_long_side must be at least {MIN_SIDE}, got {max_long_side!r}")
+    im = _open(bytes(data), name)
+    fmt = (im.format or "").upper()
+    if fmt == "MPO":  # multi-picture JPEG (some phones): the first frame is the photo
+        fmt = "JPEG"
+    raw_w, raw_h = im.size
+    orient = _orientation(im)
+    swap = orient in (5, 6, 7, 8)
+    original_size = (raw_h, raw_w) if swap else (raw_w, raw_h)
+
+    if max_long_side is not None and fmt == "JPEG" and max(raw_w, raw_h) > max_long_side:
+        # draft() picks the largest DCT reduction (1/2, 1/4, 1/8) that keeps the image at least
+        # the requested size, so the result is never smaller than asked for.
+        f = max_long_side / max(raw_w, raw_h)
+        im.draft("RGB", (max(1, math.ceil(raw_w * f)), max(1, math.ceil(raw_h * f))))
+    if ImageFile.LOAD_TRUNCATED_IMAGES and fmt == "JPEG" and b"\xff\xd9" not in data[len(data) // 2:]:
+        # Some other code in this process switched on Pillow's "fill truncated images with
+        # grey" mode, so Pillow would not complain; a JPEG without its end-of-image marker
+        # (FF D9; entropy-coded data never contains it) is cut off all the same.
+        raise CorruptImageError(
+            f"{name} is truncated: the JPEG data has no end-of-image marker "
+            f"({len(data)} bytes received).",
+            hint="The file was cut off in transfer; send the complete photo again.")
+    try:
+        im.load()
+    except (OSError, ValueError, SyntaxError, EOFError) as e:
+        msg = str(e)
+        if "truncated" in msg.lower() or isinstance(e, EOFError):
+            raise CorruptImageError(
+                f"{name} is truncated: the {fmt} data stops before the end of the image "
+                f"({len(data)} bytes received).",
+                hint="The file was cut off in transfer; send the complete photo again.") from None
+        raise CorruptImageError(f"{name} is a damaged {fmt} file that cannot be decoded ({msg}).",
+                                hint=_RETAKE) from None
+    except Image.DecompressionBombError as e:  # pragma: no cover - caught at open normally
+        raise ImageTooLargeError(f"{name} is a decompression bomb ({e}).",
+                                 hint=f"Send a photo of at most {MAX_PIXELS / 1e6:.0f} MP.") from None
+    if orient != 1:
+        im = ImageOps.exif_transpose(im)
+    im = _to_rgb(im)
+    arr = np.asarray(im, dtype=np.uint8)
+    if arr.ndim != 3 or arr.shape[2] != 3:  # pragma: no cover - _to_rgb guarantees RGB
+        raise CorruptImageError(f"{name} decoded to an unexpected shape {arr.shape}.", hint=_RETAKE)
+
+    h, w = arr.shape[:2]
+    if max_long_side is not None and max(w, h) > max_long_side:
+        import cv2  # local: decode must not pay for cv2's import when nothing is reduced
+
+        f = max_long_side / max(w, h)
+        nw, nh = max(1, round(w * f)), max(1, round(h * f))
+        arr = cv2.resize(arr, (nw, nh), interpolation=cv2.INTER_AREA)
+        h, w = nh, nw
+    if not arr.flags.c_contiguous or not arr.flags.writeable:
+        arr = np.ascontiguousarray(arr).copy()
+    # The two axes may be rounded differently; the mean is within half a pixel on both.
+    scale = 0.5 * (w / original_size[0] + h / original_size[1])
+    return DecodedPhoto(image=arr, scale=float(scale), original_size=original_size,
+                        format=fmt)
+
+
+def load_photo(path: str | os.PathLike, *, max_long_side: int | None = 2000) -> DecodedPhoto:
+    """Read and decode a photo file (see :func:`decode_photo`).
+
+    Raises
+    ------
+    InputFileError
+        The file does not exist, is a folder, or cannot be read.
+    NotAnImageError, CorruptImageError, ImageTooLargeError
+        As :func:`decode_photo`.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except FileNotFoundError:
+        raise InputFileError(f"photo file {str(p)!r} does not exist.",
+                             hint="Check the path and the file name.") from None
+    except OSError as e:
+        raise InputFileError(f"cannot read photo file {str(p)!r}: {e.strerror}.",
+                             hint="Check the path and its permissions.") from None
+    if p.is_dir():
+        raise InputFileError(f"{str(p)!r} is a folder, not a photo file.",
+                             hint="Name the photo file(s) inside it.")
+    if size > MAX_FILE_BYTES:
+        raise ImageTooLargeError(
+            f"photo file {str(p)!r} is {size / 1e6:.0f} MB, more than the "
+            f"{MAX_FILE_BYTES / 1e6:.0f} MB a photo of a score sheet needs.",
+            hint="Send a normal phone photo (JPEG or HEIC, 12 MP is plenty).")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputFileError(f"cannot read photo file {str(p)!r}: {e.strerror}.",
+                             hint="Check the path and its permissions.") from None
+    return decode_photo(data, max_long_side=max_long_side, name=f"photo {str(p)!r}")
