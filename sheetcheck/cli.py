@@ -108,6 +108,16 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on a Dask distributed cluster")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    s = sub.add_parser("serve", help="run the web service and the phone page",
+                       description="Serve the HTTP API (docs/API.md) and the page at /. Settings "
+                                   "also come from SHEETCHECK_* environment variables.")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--db", help="audit database: a SQLite path or a SQLAlchemy URL")
+    s.add_argument("--token", help="API token required for writes that change stored audits")
+    s.add_argument("--max-upload-mb", type=float, help="largest upload accepted")
+    s.add_argument("--workers", type=int, help="processes for CPU work")
+
     s = sub.add_parser("bench", help="benchmarks: read speed, scoring throughput",
                        description="Measure speed as ratios within one run (shared machines are noisy).")
     s.add_argument("what", choices=["read", "scoring", "batch"], help="which benchmark")
