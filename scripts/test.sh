@@ -2,7 +2,7 @@
 # Sets everything up and runs the whole test suite (the README's test command; CI runs it too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --browser
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
