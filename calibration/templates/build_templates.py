@@ -295,12 +295,13 @@ def crypts(level: int) -> dict:
     s_rows = (bx1 + 10.0, (cy(1) + cy(n_rows)) / 2)
     s_cols = (cx(C_COLS) + 18.0, (by0 + by1) / 2)
     for rid, bonus, (sx, sy), cap in (
-            ("bonus.rows", "all_rows", s_rows, "a box in every row"),
-            ("bonus.columns", "all_columns", s_cols, "a box in every column")):
+            ("bonus.rows", "all_rows", s_rows, ("a box in", "every row")),
+            ("bonus.columns", "all_columns", s_cols, ("a box in", "every column"))):
         R.append(region(rid, "star", polygon(star_points(sx, sy, 7.5, 3.8)), PENCIL_MARKS,
                         {"bonus": bonus, "points": 5},
                         print_={"glyph": "star", "label": "5", "outline": "black"}))
-        A.append(text(sx, sy + 10.5, cap, size=2.5, anchor="mm"))
+        A.append(text(sx, sy + 10.0, cap[0], size=2.5, anchor="mm"))
+        A.append(text(sx, sy + 13.0, cap[1], size=2.5, anchor="mm"))
 
     yb = by1
     if level == 3:
@@ -475,13 +476,13 @@ def reefs(level: int) -> dict:
                                 segment((x + off, y), (x + M_PITCH - off, y), CONN_W),
                                 CONNECTION_MARKS,
                                 {"a": sid(r, c), "b": sid(r, c + 1), "direction": "h"},
-                                print_={"dash": [1.0, 1.0]}))
+                                print_={}))
             if r < M_N:
                 R.append(region(f"conn.r{r}c{c}-r{r + 1}c{c}", "connection",
                                 segment((x, y + off), (x, y + M_PITCH - off), CONN_W),
                                 CONNECTION_MARKS,
                                 {"a": sid(r, c), "b": sid(r + 1, c), "direction": "v"},
-                                print_={"dash": [1.0, 1.0]}))
+                                print_={}))
     # features, numbered in reading order
     count = {}
     for (r, c) in sorted(feats):
@@ -527,6 +528,7 @@ def reefs(level: int) -> dict:
                              "grey": grey}, print_=pr))
         R.append(region(f"field.row.{col}", "number_field", rect(fx, y, fw, box), FIELD_MARKS,
                         {"field": f"row.{col}"}, print_={"outline": "black"}))
+    A.append(text(fx + fw / 2, 31.0, "points", size=2.4, anchor="mm"))
     ycoin = 34.0 + 5 * 14.0
     A.append(glyph("coin", tx0 - 4.0, ycoin + box / 2, 5.0))
     cpitch = 10.0  # eight boxes must fit before the row field
