@@ -1,0 +1,425 @@
+"""The report: one sheet's readings + the rules engine's audit -> an explained verdict.
+
+The verdict is one of
+
+* ``OK``: the marks claim exactly what the rules allow and no rule is broken;
+* ``DISCREPANCY``: the claimed total differs from the rules' total, or a rule is broken (the
+  report says which lines differ and by how much, and lists the findings);
+* ``NEEDS REVIEW``: some region the reader was unsure of *matters*: one of its plausible
+  readings changes the total by the rules, the claimed total or the verdict.
+
+"Review only what matters": every region the reader flags uncertain is re-scored with each of
+its plausible alternative readings (the reader's alternatives, at least the best two readings);
+it is put up for review only when an alternative changes something a player would dispute,
+otherwise the report lists it as "uncertain but did not matter". A person's corrections
+(``--fix REGION=MARK``) replace readings, are validated against the template, settle the region
+(it is no longer uncertain) and are recorded in the report.
+
+This module is pure: readings in, a frozen :class:`Report` out. The JSON form
+(``Report.to_json``) is a public contract, documented in docs/REPORT_JSON.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+from calibration.template import Template
+from scoring.common import Audit, Breakdown, Severity
+from sheetcheck.errors import StateError
+
+FORMAT = "sheetcheck.report/1"
+
+#: An alternative reading is "plausible" when the reader gives it at least this probability;
+#: the best alternative is always tried whatever its probability (the top-2 readings).
+MIN_ALTERNATIVE_PROBABILITY = 0.02
+#: At most this many alternatives per uncertain region are re-scored.
+MAX_ALTERNATIVES = 4
+
+
+class Verdict(str, Enum):
+    OK = "OK"
+    DISCREPANCY = "DISCREPANCY"
+    NEEDS_REVIEW = "NEEDS REVIEW"
+
+    @property
+    def exit_code(self) -> int:
+        return {"OK": 0, "DISCREPANCY": 3, "NEEDS REVIEW": 4}[self.value]
+
+
+@dataclass(frozen=True)
+class RegionRead:
+    """What the reader says about one region (the report's view of a region reading).
+
+    ``alternatives`` are ``(mark, probability)`` pairs other than ``mark``, most likely first.
+    """
+
+    mark: str
+    confidence: float = 1.0
+    review: bool = False
+    alternatives: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A person's correction of one region: the reader said ``read``, the person says ``mark``."""
+
+    region: str
+    read: str | None
+    mark: str
+
+    def to_json(self) -> dict:
+        return {"region": self.region, "read": self.read, "mark": self.mark}
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One alternative reading of an uncertain region, re-scored."""
+
+    mark: str
+    probability: float | None
+    rules_total: int | None
+    claimed_total: int | None
+    verdict: Verdict | None
+    changes: tuple[str, ...]          # what it changes: "total", "claimed", "verdict"
+    error: str | None = None          # the engine refused the state (an impossible reading)
+
+    def to_json(self) -> dict:
+        return {"mark": self.mark, "probability": self.probability,
+                "rules_total": self.rules_total, "claimed_total": self.claimed_total,
+                "verdict": None if self.verdict is None else self.verdict.value,
+                "changes": list(self.changes), "error": self.error}
+
+
+@dataclass(frozen=True)
+class Uncertain:
+    """A region the reader was unsure of, with every alternative tried."""
+
+    region: str
+    read: str
+    confidence: float
+    alternatives: tuple[Alternative, ...]
+
+    @property
+    def matters(self) -> bool:
+        return any(a.changes for a in self.alternatives)
+
+    def to_json(self) -> dict:
+        return {"region": self.region, "read": self.read, "confidence": self.confidence,
+                "matters": self.matters,
+                "alternatives": [a.to_json() for a in self.alternatives]}
+
+
+@dataclass(frozen=True)
+class LineDifference:
+    section: str
+    label: str
+    rules: int
+    claimed: int
+
+    @property
+    def delta(self) -> int:
+        return self.claimed - self.rules
+
+    def to_json(self) -> dict:
+        return {"section": self.section, "label": self.label, "rules": self.rules,
+                "claimed": self.claimed, "delta": self.delta}
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the checker says about one sheet."""
+
+    template: Template
+    audit: Audit
+    verdict: Verdict
+    marks: Mapping[str, str]                      # final marks (after corrections)
+    reads: Mapping[str, RegionRead]               # what the reader said
+    uncertain: tuple[Uncertain, ...]
+    corrections: tuple[Correction, ...]
+    differences: tuple[LineDifference, ...]
+    photo: Mapping[str, Any] = field(default_factory=dict)   # name, sha256, size ...
+    reader: Mapping[str, Any] = field(default_factory=dict)  # locate method, quality ...
+    timings: Mapping[str, float] = field(default_factory=dict)
+    #: the rectified sheet (H, W, 3) uint8 RGB in the template frame, for the overlay; not in JSON
+    rectified: Any = field(default=None, repr=False, compare=False)
+    rectified_dpi: float | None = field(default=None, repr=False, compare=False)
+
+    # -- views -----------------------------------------------------------------------------
+    @property
+    def review(self) -> tuple[Uncertain, ...]:
+        """Uncertain regions that matter: the ones a person must look at."""
+        return tuple(u for u in self.uncertain if u.matters)
+
+    @property
+    def did_not_matter(self) -> tuple[Uncertain, ...]:
+        return tuple(u for u in self.uncertain if not u.matters)
+
+    @property
+    def rules_total(self) -> int:
+        return self.audit.rules.total
+
+    @property
+    def claimed_total(self) -> int:
+        return self.audit.claimed.total
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    def summary(self) -> str:
+        """One line a player reads first."""
+        t = self.template
+        head = f"{t.id} ({t.game}, level {t.level})"
+        if self.verdict is Verdict.OK:
+            why = f"total {self.rules_total}, as claimed"
+        elif self.verdict is Verdict.DISCREPANCY:
+            d = self.audit.difference
+            why = (f"rules give {self.rules_total}, the sheet claims {self.claimed_total} "
+                   f"({d:+d}); {len(self.rule_findings)} finding(s)")
+        else:
+            why = (f"look at {', '.join(u.region for u in self.review)} "
+                   f"(as read: rules {self.rules_total}, claimed {self.claimed_total})")
+        return f"{self.verdict.value}: {head}: {why}"
+
+    @property
+    def rule_findings(self):
+        return tuple(f for f in self.audit.findings if f.severity is not Severity.NOTE)
+
+    def to_json(self) -> dict:
+        t = self.template
+        return {
+            "format": FORMAT,
+            "photo": dict(self.photo),
+            "template": {"id": t.id, "version": t.version, "game": t.game, "level": t.level},
+            "verdict": self.verdict.value,
+            "exit_code": self.exit_code,
+            "summary": self.summary(),
+            "total": {"rules": self.rules_total, "claimed": self.claimed_total,
+                      "difference": self.audit.difference},
+            "breakdown": {"rules": self.audit.rules.to_json(),
+                          "claimed": self.audit.claimed.to_json()},
+            "differences": [d.to_json() for d in self.differences],
+            "findings": [f.to_json() for f in self.audit.findings],
+            "review": [u.to_json() for u in self.review],
+            "uncertain_did_not_matter": [u.to_json() for u in self.did_not_matter],
+            "corrections": [c.to_json() for c in self.corrections],
+            "readings": {rid: {"mark": self.marks[rid],
+                               "read": r.mark, "confidence": round(float(r.confidence), 4),
+                               "review": bool(r.review)}
+                         for rid, r in sorted(self.reads.items())},
+            "reader": dict(self.reader),
+            "timings": {k: round(float(v), 4) for k, v in self.timings.items()},
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# corrections
+# ---------------------------------------------------------------------------------------------
+
+def parse_fixes(fixes: Iterable[str], template: Template) -> dict[str, str]:
+    """Parse and validate ``REGION=MARK`` strings against ``template``.
+
+    Every problem is reported at once.
+
+    Raises
+    ------
+    StateError
+        for a malformed item, an unknown or unreadable region, or a mark the region cannot carry.
+    """
+    out: dict[str, str] = {}
+    problems: list[str] = []
+    for item in fixes:
+        if not isinstance(item, str) or item.count("=") != 1:
+            problems.append(f"{item!r} is not REGION=MARK")
+            continue
+        rid, mark = (s.strip() for s in item.split("="))
+        problems.extend(_fix_problems(template, rid, mark))
+        if rid in out and out[rid] != mark:
+            problems.append(f"region {rid!r} is corrected twice ({out[rid]!r} and {mark!r})")
+        out[rid] = mark
+    if problems:
+        raise StateError("cannot apply the corrections: " + "; ".join(problems) + ".",
+                         hint="Use --fix REGION=MARK with a region id of the template "
+                              "(as in the report) and one of the marks that region allows.")
+    return out
+
+
+def _fix_problems(template: Template, rid: str, mark: str) -> list[str]:
+    try:
+        region = template.region(rid)
+    except KeyError:
+        near = [r.id for r in template.readable_regions() if rid and rid.split(".")[0] in r.id][:5]
+        return [f"template {template.id!r} has no region {rid!r}"
+                + (f" (did you mean {', '.join(near)}?)" if near else "")]
+    if not region.readable:
+        return [f"region {rid!r} is not read (it only gives the map its structure)"]
+    if mark not in region.marks:
+        return [f"region {rid!r} cannot carry {mark!r} (allowed: {', '.join(region.marks)})"]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# verdict
+# ---------------------------------------------------------------------------------------------
+
+def base_verdict(audit: Audit) -> Verdict:
+    """OK or DISCREPANCY from the audit alone (no uncertainty)."""
+    if audit.difference != 0:
+        return Verdict.DISCREPANCY
+    if any(f.severity is not Severity.NOTE for f in audit.findings):
+        return Verdict.DISCREPANCY
+    return Verdict.OK
+
+
+def line_differences(rules: Breakdown, claimed: Breakdown) -> tuple[LineDifference, ...]:
+    """Breakdown lines whose points differ between the rules and the claim."""
+    def by_key(b: Breakdown) -> dict[tuple[str, str], int]:
+        d: dict[tuple[str, str], int] = {}
+        for ln in b.lines:
+            d[(ln.section, ln.label)] = d.get((ln.section, ln.label), 0) + ln.points
+        return d
+    r, c = by_key(rules), by_key(claimed)
+    keys = list(r) + [k for k in c if k not in r]
+    return tuple(LineDifference(k[0], k[1], r.get(k, 0), c.get(k, 0))
+                 for k in keys if r.get(k, 0) != c.get(k, 0))
+
+
+def plausible_alternatives(region_mark: str, read: RegionRead,
+                           allowed: tuple[str, ...]) -> list[tuple[str, float | None]]:
+    """The alternatives worth re-scoring for one uncertain region.
+
+    The reader's alternatives with probability >= MIN_ALTERNATIVE_PROBABILITY, and always the
+    best one (so the top-2 readings are compared). When the reader gives none, every mark the
+    region allows is tried: an uncertain region without alternatives must not pass unchecked.
+    """
+    alts = [(m, float(p)) for m, p in read.alternatives if m != region_mark and m in allowed]
+    alts.sort(key=lambda mp: -mp[1])
+    if not alts:
+        return [(m, None) for m in allowed if m != region_mark]
+    keep = [alts[0]] + [a for a in alts[1:] if a[1] >= MIN_ALTERNATIVE_PROBABILITY]
+    return keep[:MAX_ALTERNATIVES]
+
+
+def build_report(template: Template, reads: Mapping[str, RegionRead], *,
+                 fixes: Mapping[str, str] | Iterable[str] = (),
+                 photo: Mapping[str, Any] | None = None,
+                 reader: Mapping[str, Any] | None = None,
+                 timings: Mapping[str, float] | None = None,
+                 rectified: Any = None, rectified_dpi: float | None = None) -> Report:
+    """Score, audit and explain one sheet.
+
+    Parameters
+    ----------
+    template : Template
+        The sheet's template.
+    reads : mapping of str to RegionRead
+        The reader's view of every readable region (region id -> reading).
+    fixes : mapping of str to str, or iterable of "REGION=MARK"
+        A person's corrections; validated against the template.
+    photo, reader, timings : mapping, optional
+        Recorded as they are in the report (name/hash of the photo, reader diagnostics, seconds).
+    rectified : (H, W, 3) uint8 ndarray, optional
+        The rectified sheet (template frame at ``rectified_dpi``), kept for the overlay.
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    StateError
+        for invalid corrections, or a reading the rules engine cannot turn into a state.
+    """
+    from scoring.registry import engine_for
+
+    engine = engine_for(template.game)
+    if not isinstance(fixes, Mapping):
+        fixes = parse_fixes(fixes, template)
+    else:
+        probs = [p for rid, m in fixes.items() for p in _fix_problems(template, rid, m)]
+        if probs:
+            raise StateError("cannot apply the corrections: " + "; ".join(probs) + ".",
+                             hint="Use region ids from the report and marks the region allows.")
+
+    marks = {rid: r.mark for rid, r in reads.items()}
+    corrections = tuple(Correction(rid, reads[rid].mark if rid in reads else None, m)
+                        for rid, m in sorted(fixes.items()))
+    marks.update(fixes)
+
+    audit = engine.audit(engine.state_from_marks(template, marks))
+    verdict0 = base_verdict(audit)
+
+    uncertain: list[Uncertain] = []
+    for rid in sorted(reads):
+        r = reads[rid]
+        if not r.review or rid in fixes:
+            continue
+        allowed = template.region(rid).marks
+        alts = []
+        for mark, p in plausible_alternatives(marks[rid], r, allowed):
+            try:
+                a = engine.audit(engine.state_from_marks(template, {**marks, rid: mark}))
+            except StateError as e:
+                alts.append(Alternative(mark, p, None, None, None, (), error=e.message))
+                continue
+            v = base_verdict(a)
+            changes = tuple(name for name, moved in (
+                ("total", a.rules.total != audit.rules.total),
+                ("claimed", a.claimed.total != audit.claimed.total),
+                ("verdict", v is not verdict0)) if moved)
+            alts.append(Alternative(mark, p, a.rules.total, a.claimed.total, v, changes))
+        uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts)))
+
+    verdict = Verdict.NEEDS_REVIEW if any(u.matters for u in uncertain) else verdict0
+    return Report(template=template, audit=audit, verdict=verdict, marks=marks, reads=dict(reads),
+                  uncertain=tuple(uncertain), corrections=corrections,
+                  differences=line_differences(audit.rules, audit.claimed),
+                  photo=dict(photo or {}), reader=dict(reader or {}), timings=dict(timings or {}),
+                  rectified=rectified, rectified_dpi=rectified_dpi)
+
+
+# ---------------------------------------------------------------------------------------------
+# text
+# ---------------------------------------------------------------------------------------------
+
+def format_text(report: Report) -> str:
+    """The report as a player reads it on a terminal."""
+    t = report.template
+    out = [f"sheet    {t.id} v{t.version}: {t.title} (level {t.level})"]
+    if report.photo.get("name"):
+        out.insert(0, f"photo    {report.photo['name']}")
+    out.append("")
+    rules = {(ln.section, ln.label): ln.points for ln in report.audit.rules.lines}
+    claimed = {(ln.section, ln.label): ln.points for ln in report.audit.claimed.lines}
+    keys = list(rules) + [k for k in claimed if k not in rules]
+    w = max([len(f"{s}: {l}") for s, l in keys] + [10])
+    out.append(f"{'breakdown':<{w}}  rules  claimed")
+    for k in keys:
+        r, c = rules.get(k, 0), claimed.get(k, 0)
+        flag = "  <-- differs" if r != c else ""
+        out.append(f"{k[0] + ': ' + k[1]:<{w}}  {r:>5}  {c:>7}{flag}")
+    out.append(f"{'TOTAL':<{w}}  {report.rules_total:>5}  {report.claimed_total:>7}")
+    if report.audit.findings:
+        out += ["", "findings"]
+        for f in report.audit.findings:
+            eff = f" ({f.effect:+d})" if f.effect else ""
+            where = f" [{', '.join(f.regions[:6])}{' ...' if len(f.regions) > 6 else ''}]" if f.regions else ""
+            out.append(f"  {f.severity.value:<9} {f.rule}{eff}: {f.message}{where}")
+    if report.corrections:
+        out += ["", "corrections"]
+        for c in report.corrections:
+            out.append(f"  {c.region}: read {c.read} -> {c.mark}")
+    if report.review:
+        out += ["", "review these regions"]
+        for u in report.review:
+            alts = ", ".join(f"{a.mark} -> rules {a.rules_total}, claimed {a.claimed_total}"
+                             for a in u.alternatives if a.changes)
+            out.append(f"  {u.region}: read {u.read} ({u.confidence:.0%}); if {alts}")
+    if report.did_not_matter:
+        out.append("")
+        out.append("uncertain but did not matter: "
+                   + ", ".join(f"{u.region} ({u.read})" for u in report.did_not_matter))
+    out += ["", report.summary()]
+    return "\n".join(out)

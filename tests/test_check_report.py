@@ -1,0 +1,156 @@
+"""Report and verdict logic on real game states (rules engines' simulated games)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from calibration.template import get_template
+from scoring.registry import engine_for
+from sheetcheck.errors import StateError
+from sheetcheck.report import (FORMAT, RegionRead, Verdict, build_report, format_text,
+                               parse_fixes)
+
+
+def _game(tid, seed=3):
+    t = get_template(tid)
+    e = engine_for(t.game)
+    return t, e, e.simulate_game(t, seed=seed)
+
+
+def _reads(marks, uncertain=None):
+    uncertain = uncertain or {}
+    return {rid: RegionRead(m, 0.6 if rid in uncertain else 0.999, rid in uncertain,
+                            tuple(uncertain.get(rid, ())))
+            for rid, m in marks.items()}
+
+
+@pytest.mark.parametrize("tid", ["crypts-1", "crypts-2", "crypts-3"])
+def test_legal_game_is_ok(tid):
+    t, e, st = _game(tid)
+    r = build_report(t, _reads(e.state_to_marks(st)))
+    assert r.verdict is Verdict.OK and r.exit_code == 0
+    assert r.rules_total == r.claimed_total == e.score(st).total > 0
+    assert r.differences == () and r.review == ()
+
+
+@pytest.mark.parametrize("kind,effect_sign", [("points_unearned", 1), ("points_not_coloured", -1),
+                                               ("bonus_unearned", 1), ("gap_in_row", 0),
+                                               ("crossed_cell", 0)])
+def test_injected_violation_is_a_discrepancy(kind, effect_sign):
+    t, e, st = _game("crypts-3")
+    bad = e.inject_violation(st, kind, np.random.default_rng(0))
+    r = build_report(t, _reads(e.state_to_marks(bad)))
+    assert r.verdict is Verdict.DISCREPANCY and r.exit_code == 3
+    assert np.sign(r.claimed_total - r.rules_total) == effect_sign
+    assert r.rule_findings, "a discrepancy names the rule it rests on"
+    if effect_sign:
+        # what differs and by how much: the lines add up to the difference
+        assert sum(d.delta for d in r.differences) == r.claimed_total - r.rules_total != 0
+    text = format_text(r)
+    assert "DISCREPANCY" in text and r.rule_findings[0].rule in text
+
+
+def test_note_only_finding_stays_ok():
+    t, e, st = _game("crypts-1")
+    bad = e.inject_violation(st, "total_missing", np.random.default_rng(0))
+    r = build_report(t, _reads(e.state_to_marks(bad)))
+    assert r.audit.findings and r.verdict is Verdict.OK
+
+
+def _coloured_point_box(t, marks):
+    return next(rid for rid in sorted(marks) if rid.startswith("points.") and marks[rid] != "empty")
+
+
+def test_uncertain_region_that_matters_needs_review():
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    r = build_report(t, _reads(marks, {box: [("empty", 0.3)]}))
+    assert r.verdict is Verdict.NEEDS_REVIEW and r.exit_code == 4
+    assert [u.region for u in r.review] == [box]
+    alt = r.review[0].alternatives[0]
+    assert alt.mark == "empty" and "claimed" in alt.changes
+    assert alt.claimed_total < r.claimed_total
+    assert box in format_text(r)
+
+
+def test_uncertain_region_that_does_not_matter_is_listed_not_flagged():
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    sw = next(rid for rid in marks if rid.startswith("swatch."))
+    colour = sw.split(".")[1]
+    marks[sw] = colour
+    other = "empty"
+    r = build_report(t, _reads(marks, {sw: [(other, 0.4)]}))
+    assert r.verdict is Verdict.OK
+    assert r.review == () and [u.region for u in r.did_not_matter] == [sw]
+    assert "uncertain but did not matter" in format_text(r)
+
+
+def test_matters_iff_an_alternative_moves_a_total_or_the_verdict():
+    """Every region uncertain with its best wrong reading: flagged exactly when re-scoring moves."""
+    t, e, st = _game("crypts-1", seed=5)
+    marks = e.state_to_marks(st)
+    base = e.audit(e.state_from_marks(t, marks))
+    unc = {}
+    for rid in list(marks)[::3]:
+        alt = next(m for m in t.region(rid).marks if m != marks[rid])
+        unc[rid] = [(alt, 0.2)]
+    r = build_report(t, _reads(marks, unc))
+    flagged = {u.region for u in r.review}
+    assert flagged and r.did_not_matter  # both ways occur on a real sheet
+    for rid, [(alt, _)] in unc.items():
+        a = e.audit(e.state_from_marks(t, {**marks, rid: alt}))
+        moved = (a.rules.total != base.rules.total or a.claimed.total != base.claimed.total
+                 or bool(a.findings) != bool(base.findings))
+        assert (rid in flagged) == moved, rid
+
+
+def test_no_alternatives_given_tries_every_allowed_mark():
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    r = build_report(t, _reads(marks, {box: []}))
+    tried = {a.mark for a in r.uncertain[0].alternatives}
+    assert tried == set(t.region(box).marks) - {marks[box]}
+    assert r.verdict is Verdict.NEEDS_REVIEW
+
+
+def test_corrections_replace_readings_and_are_recorded():
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    read_wrong = {**marks, box: "empty"}   # the reader missed a coloured box ...
+    r0 = build_report(t, _reads(read_wrong, {box: [(marks[box], 0.4)]}))
+    assert r0.verdict is Verdict.NEEDS_REVIEW
+    r = build_report(t, _reads(read_wrong, {box: [(marks[box], 0.4)]}),
+                     fixes=[f"{box}={marks[box]}"])          # ... and a person fixed it
+    assert r.verdict is Verdict.OK and r.uncertain == ()
+    assert [(c.region, c.read, c.mark) for c in r.corrections] == [(box, "empty", marks[box])]
+    doc = r.to_json()
+    assert doc["corrections"] == [{"region": box, "read": "empty", "mark": marks[box]}]
+    assert doc["readings"][box] == {"mark": marks[box], "read": "empty", "confidence": 0.6,
+                                    "review": True}
+
+
+def test_bad_corrections_are_clear_errors_listing_every_problem():
+    t = get_template("crypts-1")
+    with pytest.raises(StateError, match=r"no region 'cell\.r9\.c9'.*cannot carry 'pink'"):
+        parse_fixes(["cell.r9.c9=red", "cell.r1.c1=pink"], t)
+    with pytest.raises(StateError, match="is not REGION=MARK"):
+        parse_fixes(["cell.r1.c1"], t)
+    with pytest.raises(StateError, match="corrected twice"):
+        parse_fixes(["cell.r1.c1=red", "cell.r1.c1=blue"], t)
+
+
+def test_json_is_versioned_and_serialisable():
+    t, e, st = _game("crypts-3")
+    bad = e.inject_violation(st, "points_unearned", np.random.default_rng(1))
+    r = build_report(t, _reads(e.state_to_marks(bad)), photo={"name": "x.jpg"})
+    doc = json.loads(json.dumps(r.to_json()))
+    assert doc["format"] == FORMAT == "sheetcheck.report/1"
+    assert doc["verdict"] == "DISCREPANCY" and doc["exit_code"] == 3
+    assert doc["total"]["difference"] == doc["total"]["claimed"] - doc["total"]["rules"] > 0
+    assert doc["template"]["id"] == "crypts-3" and doc["findings"][0]["severity"] == "claim"
+    assert set(doc["readings"]) == set(e.state_to_marks(bad))
