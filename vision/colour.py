@@ -1,0 +1,317 @@
+"""Colour: conversions, the reader's pencil palette, and per-photo calibration.
+
+All colour work happens on *paper-white-balanced linear RGB* (``vision.light`` divides the
+photo by the paper's illumination, so paper is ``(1, 1, 1)``), converted to CIELAB with the D65
+white. In that space a pencil's hue angle ``h = atan2(b*, a*)`` is what stays put when the
+pressure, the coverage or the exposure change, so classification works on hue; lightness and
+chroma only decide *whether* a texel is coloured.
+
+The palette (``calibration/palettes/*.json``) is the prior: hue centre and spread per pencil
+colour. :func:`calibrate_palette` adapts it to one photo, from the calibration swatches when
+the player coloured them, otherwise from the coloured regions of the sheet itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from calibration.template import PENCIL_COLOURS
+from sheetcheck.errors import TemplateError
+
+PALETTE_DIR = Path(__file__).resolve().parent.parent / "calibration" / "palettes"
+
+# sRGB (D65) linear RGB -> XYZ, IEC 61966-2-1.
+_RGB2XYZ = np.array([[0.4124564, 0.3575761, 0.1804375],
+                     [0.2126729, 0.7151522, 0.0721750],
+                     [0.0193339, 0.1191920, 0.9503041]], np.float32)
+_WHITE_D65 = np.array([0.95047, 1.0, 1.08883], np.float32)
+# Rows pre-divided by the white so Lab needs no per-pixel division.
+_RGB2XYZN = (_RGB2XYZ / _WHITE_D65[:, None]).astype(np.float32)
+
+
+def _srgb_to_linear_lut() -> np.ndarray:
+    v = np.arange(256, dtype=np.float64) / 255.0
+    lin = np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
+    return lin.astype(np.float32)
+
+
+SRGB_TO_LINEAR = _srgb_to_linear_lut()
+
+
+def srgb_to_linear(image: np.ndarray) -> np.ndarray:
+    """uint8 sRGB -> float32 linear RGB in [0, 1] (same shape)."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8:
+        raise ValueError(f"srgb_to_linear expects uint8, got {image.dtype}")
+    return SRGB_TO_LINEAR[image]
+
+
+def linear_to_srgb(linear: np.ndarray) -> np.ndarray:
+    """float linear RGB (any range) -> uint8 sRGB, clipped."""
+    x = np.clip(np.asarray(linear, np.float32), 0.0, 1.0)
+    s = np.where(x <= 0.0031308, 12.92 * x, 1.055 * np.power(x, 1 / 2.4) - 0.055)
+    return np.clip(s * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+def linear_to_lab(linear: np.ndarray) -> np.ndarray:
+    """Linear RGB (..., 3) with white = (1, 1, 1) -> CIELAB (..., 3) float32 (L*, a*, b*)."""
+    rgb = np.asarray(linear, np.float32)
+    xyz = rgb @ _RGB2XYZN.T
+    xyz = np.maximum(xyz, 0.0)
+    d = 6.0 / 29.0
+    f = np.where(xyz > d ** 3, np.cbrt(xyz), xyz / (3 * d * d) + 4.0 / 29.0)
+    lab = np.empty_like(f)
+    lab[..., 0] = 116.0 * f[..., 1] - 16.0
+    lab[..., 1] = 500.0 * (f[..., 0] - f[..., 1])
+    lab[..., 2] = 200.0 * (f[..., 1] - f[..., 2])
+    return lab
+
+
+def srgb_to_lab(image: np.ndarray) -> np.ndarray:
+    """uint8 sRGB (..., 3) -> CIELAB, D65."""
+    return linear_to_lab(srgb_to_linear(image))
+
+
+def hue_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """CIELAB hue angle in degrees, 0..360."""
+    return np.degrees(np.arctan2(b, a)) % 360.0
+
+
+def hue_diff(h1, h2):
+    """Signed smallest difference ``h1 - h2`` in degrees, in (-180, 180]."""
+    return (np.asarray(h1, float) - np.asarray(h2, float) + 180.0) % 360.0 - 180.0
+
+
+def circular_mean_deg(h: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Weighted circular mean of hue angles (degrees)."""
+    r = np.radians(np.asarray(h, float))
+    w = np.ones_like(r) if weights is None else np.asarray(weights, float)
+    return float(np.degrees(math.atan2((w * np.sin(r)).sum(), (w * np.cos(r)).sum())) % 360.0)
+
+
+# --------------------------------------------------------------------------------------------
+# palette
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaletteColour:
+    name: str
+    hue_deg: float
+    hue_spread_deg: float
+
+
+@dataclass(frozen=True)
+class Palette:
+    """Pencil colours as hue centre and spread (degrees, CIELAB on white-balanced paper).
+
+    ``source`` says where the numbers came from (``"prior"``, ``"swatches"``, ``"sheet"`` or
+    a mix); ``evidence`` counts how many measurements moved each colour.
+    """
+
+    id: str
+    colours: tuple[PaletteColour, ...]
+    min_chroma: float = 7.0
+    source: str = "prior"
+    evidence: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.colours)
+
+    def colour(self, name: str) -> PaletteColour:
+        for c in self.colours:
+            if c.name == name:
+                return c
+        raise KeyError(f"palette {self.id!r} has no colour {name!r}; it has {', '.join(self.names)}")
+
+    def distances(self, hue: float, *, names: Sequence[str] | None = None) -> dict[str, float]:
+        """Hue distance of ``hue`` to each colour in units of that colour's spread."""
+        out = {}
+        for c in self.colours:
+            if names is None or c.name in names:
+                out[c.name] = abs(float(hue_diff(hue, c.hue_deg))) / c.hue_spread_deg
+        return out
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "source": self.source,
+                "colours": {c.name: {"hue_deg": round(c.hue_deg, 2),
+                                     "hue_spread_deg": round(c.hue_spread_deg, 2),
+                                     "evidence": int(self.evidence.get(c.name, 0))}
+                            for c in self.colours}}
+
+
+def palette_from_dict(doc, *, source: str = "<palette>") -> Palette:
+    """Validate a palette document (every problem at once) and build a :class:`Palette`.
+
+    Raises
+    ------
+    TemplateError
+        listing every problem (palettes are calibration data, like templates).
+    """
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        raise TemplateError(f"palette {source}: the top level must be a JSON object",
+                            hint="Check the file is a sheetcheck palette.")
+    if doc.get("format_version") != 1:
+        problems.append(f"format_version must be 1, got {doc.get('format_version')!r}")
+    pid = doc.get("id")
+    if not isinstance(pid, str) or not pid:
+        problems.append("missing string 'id'")
+    cols = doc.get("colours")
+    colours: list[PaletteColour] = []
+    if not isinstance(cols, dict) or not cols:
+        problems.append("'colours' must be a non-empty object {name: {hue_deg, hue_spread_deg}}")
+    else:
+        for name, c in cols.items():
+            if not isinstance(c, dict):
+                problems.append(f"colour {name!r}: must be an object"); continue
+            h, s = c.get("hue_deg"), c.get("hue_spread_deg")
+            if not isinstance(h, (int, float)) or isinstance(h, bool) or not 0 <= h < 360:
+                problems.append(f"colour {name!r}: hue_deg must be a number in [0, 360), got {h!r}")
+                continue
+            if not isinstance(s, (int, float)) or isinstance(s, bool) or not 0 < s <= 90:
+                problems.append(f"colour {name!r}: hue_spread_deg must be in (0, 90], got {s!r}")
+                continue
+            colours.append(PaletteColour(name, float(h), float(s)))
+    neutral = doc.get("neutral", {})
+    min_chroma = neutral.get("min_chroma", 7.0) if isinstance(neutral, dict) else None
+    if not isinstance(min_chroma, (int, float)) or isinstance(min_chroma, bool) or min_chroma <= 0:
+        problems.append(f"neutral.min_chroma must be a positive number, got {min_chroma!r}")
+        min_chroma = 7.0
+    if problems:
+        raise TemplateError(f"palette {source} is invalid:", problems,
+                            hint="Fix the palette file (see calibration/palettes/default.json).")
+    return Palette(pid, tuple(colours), float(min_chroma))
+
+
+def palette_ids() -> list[str]:
+    return sorted(p.stem for p in PALETTE_DIR.glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_palette(palette_id: str = "default") -> Palette:
+    """Load a bundled palette by id.
+
+    Raises
+    ------
+    TemplateError
+        when it does not exist (naming the ones that do) or is invalid.
+    """
+    path = PALETTE_DIR / f"{palette_id}.json"
+    if not path.is_file():
+        raise TemplateError(f"unknown palette {palette_id!r}.",
+                            hint=f"Known palettes: {', '.join(palette_ids()) or '(none)'}.")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise TemplateError(f"palette {path} is not valid JSON (line {e.lineno}: {e.msg})",
+                            hint="Fix the JSON syntax.") from None
+    return palette_from_dict(doc, source=str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# per-photo calibration
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HueSample:
+    """A robust hue measurement of one marked region: its hue, how many coloured texels
+    support it, and where it came from (a swatch of a known colour, or an unlabelled region)."""
+
+    hue_deg: float
+    weight: float
+    label: str | None = None
+
+
+def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
+                      prior_weight: float = 4.0, swatch_weight: float = 12.0,
+                      max_shift_deg: float = 25.0, iterations: int = 3,
+                      min_spread_deg: float = 5.0) -> Palette:
+    """Adapt the prior palette to one photo.
+
+    Swatch samples (``label`` = a colour name) pull their own colour strongly; unlabelled
+    samples (the sheet's coloured regions) are assigned to the nearest colour and pull it with
+    weight 1 each, against ``prior_weight`` for the prior. A colour moves at most
+    ``max_shift_deg`` from the prior so that a sheet with few marks cannot drag one pencil onto
+    another; spreads are widened if the photo's samples scatter more than the prior says.
+
+    Parameters
+    ----------
+    prior : Palette
+    samples : sequence of HueSample
+    prior_weight, swatch_weight : float
+        Relative weights (in units of one region) of the prior and of a coloured swatch.
+    max_shift_deg : float
+        Largest allowed move of a hue centre.
+    iterations : int
+        Assignment/update rounds.
+    min_spread_deg : float
+        Floor of a calibrated spread.
+
+    Returns
+    -------
+    Palette
+        with ``source`` "prior", "swatches", "sheet" or "swatches+sheet".
+    """
+    centres = {c.name: c.hue_deg for c in prior.colours}
+    spreads = {c.name: c.hue_spread_deg for c in prior.colours}
+    spreads_prior = dict(spreads)
+    names = list(centres)
+    labelled = [s for s in samples if s.label in centres]
+    free = [s for s in samples if s.label is None]
+    used_swatch = bool(labelled)
+    evidence = {n: 0 for n in names}
+    for _ in range(max(1, iterations)):
+        groups: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        for s in labelled:
+            groups[s.label].append((s.hue_deg, swatch_weight))
+        for s in free:
+            d = {n: abs(float(hue_diff(s.hue_deg, centres[n]))) / spreads[n] for n in names}
+            best = min(d, key=d.get)
+            # Only samples that plausibly are this colour move it; an outlier (a pencil the
+            # palette does not know) must not drag a centre.
+            if d[best] <= 3.0:
+                groups[best].append((s.hue_deg, 1.0))
+        new = {}
+        new_spread = {}
+        for n in names:
+            hs = [h for h, _ in groups[n]]
+            ws = [w for _, w in groups[n]]
+            base = prior.colour(n).hue_deg
+            h = circular_mean_deg(np.array(hs + [base]), np.array(ws + [prior_weight]))
+            shift = float(hue_diff(h, base))
+            if abs(shift) > max_shift_deg:
+                h = (base + math.copysign(max_shift_deg, shift)) % 360.0
+            new[n] = h
+            evidence[n] = len(hs)
+            # Spread: the prior's, shrunk towards the scatter this photo shows once there is
+            # evidence (a Bayesian update with `prior_weight` pseudo-samples), never below
+            # `min_spread_deg` (one photo's few samples understate the true scatter).
+            if hs:
+                d2 = np.asarray(hue_diff(np.array(hs), h), float) ** 2
+                wsum = float(np.sum(ws))
+                var = (prior_weight * spreads_prior[n] ** 2 + float(np.sum(np.array(ws) * d2))) / (prior_weight + wsum)
+                new_spread[n] = float(max(min_spread_deg, math.sqrt(var)))
+            else:
+                new_spread[n] = spreads_prior[n]
+        centres = new
+        spreads = new_spread
+    return replace(prior,
+                   colours=tuple(PaletteColour(n, centres[n], spreads[n]) for n in names),
+                   source=("swatches+sheet" if used_swatch and free else
+                           "swatches" if used_swatch else "sheet" if free else "prior"),
+                   evidence=evidence)
+
+
+__all__ = [
+    "PENCIL_COLOURS", "SRGB_TO_LINEAR", "srgb_to_linear", "linear_to_srgb", "linear_to_lab",
+    "srgb_to_lab", "hue_deg", "hue_diff", "circular_mean_deg", "PaletteColour", "Palette",
+    "palette_from_dict", "load_palette", "palette_ids", "HueSample", "calibrate_palette",
+]

@@ -1,0 +1,510 @@
+"""Sample every region of a rectified, light-normalised sheet and classify its mark.
+
+What is printed where comes from the clean render of the template (same frame, same dpi): a
+region's pixels are its shape eroded by a margin (misregistration), minus the printed lines and
+dark print (dilated), so the artwork is never mistaken for a mark. Light printed fills are kept
+and divided out (pencil on a tint multiplies its reflectance), so a tinted box reads like paper.
+
+Per region, on those pixels, in CIELAB of the white-balanced photo:
+
+* *coloured texels*: chroma well above the paper's own noise (measured on this photo's paper);
+* *dark texels*: much darker than paper and not coloured (graphite, a grey cross);
+* coverage = share of texels that are coloured or dark (a pencil leaves texels and paper gaps,
+  so coverage, not mean colour, says whether something is there);
+* hue of the coloured texels: the peak of a chroma-weighted hue histogram, refined by a
+  circular mean within it (robust to a stray stroke of another colour and to paper gaps);
+* X structure: texel density along both diagonals against the rest of the region (a cross is
+  two strokes, a fill covers the area).
+
+The pencil palette is calibrated per photo (swatches, else the sheet's own marks; see
+``vision.colour.calibrate_palette``). Each decision gives a probability from its margin
+(coverage against the empty threshold, hue distance to the best against the second-best colour
+in units of the calibrated spread, X score against its threshold); the reading's confidence is
+the probability of the chosen mark, and ``review`` is set when it is below the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import cv2
+import numpy as np
+
+from calibration.template import PENCIL_COLOURS, Region, Template
+from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
+                           linear_to_lab, load_palette)
+
+#: Default review threshold: readings with confidence below it are flagged for a person.
+REVIEW_THRESHOLD = 0.9
+
+_LUM = np.array([0.2126, 0.7152, 0.0722], np.float32)
+_HUE_BINS = 36  # 10 degree bins
+
+
+@dataclass(frozen=True)
+class RegionReading:
+    """The reading of one region.
+
+    Attributes
+    ----------
+    region_id, kind : str
+    mark : str
+        One of the region's allowed marks.
+    confidence : float
+        Probability (0..1) that ``mark`` is right, from the decision margins.
+    review : bool
+        True when a person should look (confidence below the review threshold, or the
+        region could not be measured).
+    alternatives : tuple of (mark, probability)
+        All allowed marks with their probabilities, best first.
+    features : mapping
+        The measurements behind the decision (coverage, hue, x_score, ...).
+    reason : str
+        Short note on why review was set ("" when it was not).
+    """
+
+    region_id: str
+    kind: str
+    mark: str
+    confidence: float
+    review: bool
+    alternatives: tuple[tuple[str, float], ...]
+    features: Mapping[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"mark": self.mark, "confidence": round(float(self.confidence), 4),
+                "review": bool(self.review),
+                "alternatives": [[m, round(float(p), 4)] for m, p in self.alternatives],
+                "features": {k: (round(float(v), 4) if isinstance(v, (float, np.floating)) else v)
+                             for k, v in self.features.items()},
+                **({"reason": self.reason} if self.reason else {})}
+
+
+@dataclass(frozen=True)
+class SheetMarks:
+    """All readings of one sheet plus the photo-level calibration used to make them."""
+
+    readings: Mapping[str, RegionReading]
+    palette: Palette
+    thresholds: Mapping[str, float]
+
+    @property
+    def flagged(self) -> list[str]:
+        return [rid for rid, r in self.readings.items() if r.review]
+
+
+@dataclass(frozen=True)
+class SheetModel:
+    """What the clean sheet looks like at one dpi, precomputed once per template and dpi.
+
+    Attributes
+    ----------
+    template : Template
+    dpi : float
+    shape : (H, W)
+    expected : (H, W, 3) float32 ndarray
+        The render in linear RGB (paper = 1).
+    paper_mask : (H, W) bool ndarray
+        Bare paper away from print and regions: where light is measured.
+    region_ids : tuple of str
+        Readable regions, in template order (index = label below).
+    pix : (P,) int ndarray
+        Flat pixel indices of every region's usable pixels, concatenated.
+    label : (P,) int ndarray
+        Region index of each pixel in ``pix``.
+    band, off : (P,) bool ndarray
+        Pixel lies on a diagonal band / away from both diagonals (X structure test).
+    area : (R,) int ndarray
+        Usable pixel count per region.
+    divisor : (P, 3) float32 ndarray
+        What the print contributes at each pixel in ``pix`` (1 on paper): the photo is divided
+        by it so that print reads as paper and pencil keeps its colour.
+    """
+
+    template: Template
+    dpi: float
+    shape: tuple[int, int]
+    expected: np.ndarray
+    paper_mask: np.ndarray
+    region_ids: tuple[str, ...]
+    pix: np.ndarray
+    label: np.ndarray
+    band: np.ndarray
+    off: np.ndarray
+    area: np.ndarray
+    divisor: np.ndarray
+
+
+def _disk(r: int) -> np.ndarray:
+    r = max(0, int(r))
+    return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
+
+
+def _region_polygon_px(region: Region, k: float, *, band: float = 1.0, trim: float = 0.0) -> np.ndarray:
+    s = region.shape
+    if s.type == "segment" and (band != 1.0 or trim):
+        a = np.asarray(s.params["p1"], float)
+        b = np.asarray(s.params["p2"], float)
+        d = b - a
+        ln = max(float(np.hypot(*d)), 1e-9)
+        u = d / ln
+        a, b = a + u * trim * ln, b - u * trim * ln
+        n = np.array([-u[1], u[0]]) * (s.params["width"] * band / 2)
+        poly = np.array([a + n, b + n, b - n, a - n])
+    else:
+        poly = s.polygon(segments=64)
+    return poly * k
+
+
+def _fill(mask: np.ndarray, poly_px: np.ndarray) -> None:
+    # cv2 puts integer coordinates at pixel centres; ours are at +0.5 (pixel (i, j) centre is
+    # x = j + 0.5), hence the shift. 4 fractional bits keep sub-pixel outlines.
+    pts = np.round((poly_px - 0.5) * 16).astype(np.int32).reshape(-1, 1, 2)
+    cv2.fillPoly(mask, [pts], 1, lineType=cv2.LINE_8, shift=4)
+
+
+def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
+                      margin_mm: float = 0.7, print_guard_mm: float = 0.45,
+                      segment_band: float = 0.55, segment_trim: float = 0.12) -> SheetModel:
+    """Precompute the sampling geometry of a template from its clean render.
+
+    Parameters
+    ----------
+    template : Template
+    render : (H, W, 3) uint8 ndarray
+        The clean render at ``dpi`` (``calibration.render.render_sheet(template, dpi=dpi)``).
+    dpi : float
+    margin_mm : float
+        Erosion of each region's outline, so misregistration and outline ink stay out.
+    print_guard_mm : float
+        Dilation of printed lines and dark print before excluding them.
+    segment_band, segment_trim : float
+        Connections (segments) are sampled along a central band of ``segment_band`` times
+        their width, trimmed by ``segment_trim`` of their length at each end (the ends touch
+        the spaces they join).
+
+    Returns
+    -------
+    SheetModel
+    """
+    render = np.asarray(render)
+    if render.ndim != 3 or render.shape[2] != 3 or render.dtype != np.uint8:
+        raise ValueError(f"render must be (H, W, 3) uint8, got {render.shape} {render.dtype}")
+    if not dpi > 0:
+        raise ValueError(f"dpi must be positive, got {dpi!r}")
+    H, W = render.shape[:2]
+    k = dpi / 25.4
+    expected = SRGB_TO_LINEAR[render]
+    white = np.maximum(np.quantile(expected.reshape(-1, 3)[:: max(1, H * W // 20000)], 0.95, axis=0), 1e-3)
+    expected = np.clip(expected / white, 0.0, 1.0).astype(np.float32)
+    y = expected @ _LUM
+    guard = max(1, int(round(print_guard_mm * k)))
+    win = np.ones((2 * guard + 1, 2 * guard + 1), np.uint8)
+    # The photo may be misregistered by about `guard` px, so every pixel is judged against the
+    # range of what the print can be within that distance:
+    #  * dark print (pencil cannot show over it) is excluded, with the guard;
+    #  * coloured print is excluded where it is not a flat tint (its edges would read as
+    #    pencil); flat tints are divided out per channel (pencil multiplies the tint);
+    #  * light neutral print (faint guides, anti-aliased thin lines) is divided out by the
+    #    darkest neutral value nearby, so the print, wherever it landed, reads as paper
+    #    while a pencil texel over or beside it keeps its hue.
+    emin = cv2.erode(expected, win)
+    emax = cv2.dilate(expected, win)
+    uniform = (emax - emin).max(axis=2) < 0.04
+    chroma_e = expected.max(axis=2) - expected.min(axis=2)
+    coloured_print = cv2.dilate((chroma_e > 0.1).astype(np.uint8), win) > 0
+    dark_print = cv2.dilate((y < 0.15).astype(np.uint8), win) > 0
+    structure = dark_print | (coloured_print & ~uniform)
+    ymin = cv2.erode(y, win)
+    divisor_img = np.where(uniform[..., None], expected, np.maximum(ymin, 0.15)[..., None])
+    cmin = expected.min(axis=2)
+
+    near_white = (y > 0.85) & (cmin > 0.75)
+    all_regions = np.zeros((H, W), np.uint8)
+    for r in template.regions:
+        _fill(all_regions, _region_polygon_px(r, k))
+    all_regions = cv2.dilate(all_regions, _disk(max(1, int(round(1.0 * k))))) > 0
+    paper = near_white & uniform & ~all_regions
+
+    margin = max(1, int(round(margin_mm * k)))
+    ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
+    for r in template.readable_regions():
+        x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
+        c0, r0 = max(0, int(math.floor(x0)) - 2), max(0, int(math.floor(y0)) - 2)
+        c1, r1 = min(W, int(math.ceil(x1)) + 2), min(H, int(math.ceil(y1)) + 2)
+        if c1 <= c0 or r1 <= r0:
+            continue
+        local = np.zeros((r1 - r0, c1 - c0), np.uint8)
+        if r.shape.type == "segment":
+            poly = _region_polygon_px(r, k, band=segment_band, trim=segment_trim)
+            _fill(local, poly - [c0, r0])
+        else:
+            _fill(local, _region_polygon_px(r, k) - [c0, r0])
+            local = cv2.erode(local, _disk(margin))
+        m = (local > 0) & ~structure[r0:r1, c0:c1]
+        if r.shape.type == "segment" and m.sum() < 6:
+            # A very thin connection: fall back to the full band, still without print.
+            local[:] = 0
+            _fill(local, _region_polygon_px(r, k) - [c0, r0])
+            m = (local > 0) & ~structure[r0:r1, c0:c1]
+        rr, cc = np.nonzero(m)
+        rr = rr + r0
+        cc = cc + c0
+        # Region-local frame for the X test: bbox mapped to [-1, 1]^2.
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        hx, hy = max((x1 - x0) / 2, 1e-6), max((y1 - y0) / 2, 1e-6)
+        u = (cc + 0.5 - cx) / hx
+        v = (rr + 0.5 - cy) / hy
+        d1 = np.abs(u - v) / math.sqrt(2)
+        d2 = np.abs(u + v) / math.sqrt(2)
+        dd = np.minimum(d1, d2)
+        ids.append(r.id)
+        pix_l.append(rr * W + cc)
+        lab_l.append(np.full(rr.size, len(ids) - 1, np.int32))
+        band_l.append(dd < 0.16)
+        off_l.append(dd > 0.32)
+        area.append(rr.size)
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    pix = cat(pix_l, np.int64)
+    divisor = np.maximum(divisor_img.reshape(-1, 3)[pix], 0.15).astype(np.float32)
+    return SheetModel(template, float(dpi), (H, W), expected, paper,
+                      tuple(ids), pix, cat(lab_l, np.int32),
+                      cat(band_l, bool), cat(off_l, bool), np.asarray(area, np.int64), divisor)
+
+
+# --------------------------------------------------------------------------------------------
+# classification
+# --------------------------------------------------------------------------------------------
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
+
+
+@dataclass(frozen=True)
+class _Features:
+    n: np.ndarray
+    coloured: np.ndarray
+    dark: np.ndarray
+    cover: np.ndarray
+    hue: np.ndarray
+    purity: np.ndarray
+    chroma: np.ndarray
+    x_score: np.ndarray
+    band_cov: np.ndarray
+    off_cov: np.ndarray
+
+
+def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
+    """Coloured/dark thresholds from this photo's own paper noise."""
+    if lab_paper.shape[0] < 50:
+        return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 80.0, "paper_l": 100.0}
+    C = np.hypot(lab_paper[:, 1], lab_paper[:, 2])
+    L = lab_paper[:, 0]
+    c995 = float(np.quantile(C, 0.995))
+    l_med = float(np.median(L))
+    l005 = float(np.quantile(L, 0.005))
+    chroma = max(palette.min_chroma, 1.15 * c995 + 2.0)
+    drop = max(14.0, 1.5 * (l_med - l005) + 5.0)
+    return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_c995": c995}
+
+
+def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
+    R = len(model.region_ids)
+    lbl = model.label
+    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
+    C = np.hypot(a, b)
+    col = (C > th["chroma"]) & ok
+    dark = (L < th["dark_l"]) & ~col & ok
+    okf = ok.astype(np.float64)
+    n = np.bincount(lbl, okf, R)
+    nz = np.maximum(n, 1)
+    ncol = np.bincount(lbl, col, R)
+    ndark = np.bincount(lbl, dark, R)
+    inkm = col | dark
+    cover = (ncol + ndark) / nz
+    # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
+    h = np.degrees(np.arctan2(b, a)) % 360.0
+    w = np.where(col, C, 0.0)
+    bins = (h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
+    hist = np.bincount(lbl * _HUE_BINS + bins, w, R * _HUE_BINS).reshape(R, _HUE_BINS)
+    sm = hist + np.roll(hist, 1, axis=1) + np.roll(hist, -1, axis=1)
+    peak = (np.argmax(sm, axis=1) + 0.5) * (360.0 / _HUE_BINS)
+    dh = np.abs(hue_diff(h, peak[lbl]))
+    win = col & (dh <= 25.0)
+    ww = np.where(win, C, 0.0)
+    rad = np.radians(h)
+    sx = np.bincount(lbl, ww * np.cos(rad), R)
+    sy = np.bincount(lbl, ww * np.sin(rad), R)
+    hue = np.degrees(np.arctan2(sy, sx)) % 360.0
+    wsum = np.bincount(lbl, w, R)
+    purity = np.bincount(lbl, ww, R) / np.maximum(wsum, 1e-9)
+    chroma = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, win, R), 1)
+    nb = np.bincount(lbl, model.band & ok, R)
+    no = np.bincount(lbl, model.off & ok, R)
+    bc = np.bincount(lbl, model.band & inkm, R) / np.maximum(nb, 1)
+    oc = np.bincount(lbl, model.off & inkm, R) / np.maximum(no, 1)
+    x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 1e-6), 0.0)
+    return _Features(n, ncol / nz, ndark / nz, cover, hue, purity, chroma, x_score, bc, oc)
+
+
+def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
+                   valid: np.ndarray | None = None, review_threshold: float = REVIEW_THRESHOLD,
+                   empty_cover: float = 0.06, cover_scale: float = 0.012,
+                   written_cover: float = 0.025,
+                   x_threshold: float = 0.45, x_scale: float = 0.07,
+                   min_pixels: int = 10) -> SheetMarks:
+    """Classify every readable region of a light-normalised, rectified sheet.
+
+    Parameters
+    ----------
+    linear : (H, W, 3) float32 ndarray
+        Output of :func:`vision.light.normalise_light` (paper = 1), in the model's frame.
+    model : SheetModel
+        From :func:`build_sheet_model` at the same dpi.
+    palette : Palette, optional
+        Prior pencil palette (default: ``calibration/palettes/default.json``); it is calibrated
+        on this photo before use.
+    valid : (H, W) bool ndarray, optional
+        Pixels that came from inside the photo.
+    review_threshold : float
+        Readings below this confidence get ``review=True``.
+    empty_cover, cover_scale : float
+        Coverage at which "empty" and "marked" are equally likely, and the width of that
+        transition (the logistic scale): coverage 5 scales from the threshold is ~99 % sure.
+    written_cover : float
+        Coverage threshold for regions that take only ``written`` (handwriting is sparse).
+    x_threshold, x_scale : float
+        The same for the X structure score (crossed against filled).
+    min_pixels : int
+        Regions with fewer usable pixels are read but always flagged.
+
+    Returns
+    -------
+    SheetMarks
+    """
+    linear = np.asarray(linear, np.float32)
+    H, W = model.shape
+    if linear.shape != (H, W, 3):
+        raise ValueError(f"image shape {linear.shape} does not match the sheet model {(H, W, 3)}")
+    prior = palette or load_palette("default")
+    flat = linear.reshape(-1, 3)
+    # Pencil on print multiplies its reflectance: divide the print out.
+    px = flat[model.pix] / model.divisor
+    lab = linear_to_lab(px)
+    ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
+    # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
+    pidx = np.flatnonzero(model.paper_mask.reshape(-1) & (True if valid is None else valid.reshape(-1)))
+    if pidx.size > 20000:
+        pidx = pidx[:: pidx.size // 20000]
+    th = _photo_thresholds(linear_to_lab(flat[pidx]), prior)
+    f = _measure(lab, model, th, ok)
+
+    regions = [model.template.region(rid) for rid in model.region_ids]
+    # --- calibrate the palette on this photo ---------------------------------------------
+    samples = []
+    for i, r in enumerate(regions):
+        fill_like = f.coloured[i] > 0.25 and f.x_score[i] < x_threshold and f.purity[i] > 0.8
+        if not fill_like or f.n[i] < min_pixels:
+            continue
+        wgt = 1.0
+        if r.kind == "swatch":
+            colour = (r.meaning or {}).get("colour")
+            if colour in prior.names:
+                d = abs(float(hue_diff(f.hue[i], prior.colour(colour).hue_deg)))
+                # A swatch coloured with another pencil is not evidence for its colour.
+                label = colour if d <= 3.0 * prior.colour(colour).hue_spread_deg else None
+                samples.append(HueSample(float(f.hue[i]), wgt, label))
+                continue
+        samples.append(HueSample(float(f.hue[i]), wgt, None))
+    pal = calibrate_palette(prior, samples)
+
+    readings: dict[str, RegionReading] = {}
+    for i, r in enumerate(regions):
+        readings[r.id] = _decide(r, i, f, pal, review_threshold=review_threshold,
+                                 empty_cover=empty_cover, cover_scale=cover_scale,
+                                 x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
+                                 written_cover=written_cover)
+    return SheetMarks(readings, pal, th)
+
+
+def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
+            empty_cover: float, cover_scale: float, x_threshold: float, x_scale: float,
+            min_pixels: int, written_cover: float) -> RegionReading:
+    allowed = list(r.marks)
+    colours = [m for m in allowed if m in pal.names]
+    can_cross = "crossed" in allowed
+    cover = float(f.cover[i])
+    # Evidence that something is there: the area covered, or for a cross (thin strokes over a
+    # small share of the area) the coverage of the diagonal bands.
+    evidence = max(cover, 0.5 * float(f.band_cov[i])) if can_cross else cover
+    if "written" in allowed and not colours:
+        # handwriting covers little of a number box; texels are still far above paper noise
+        p_marked = float(_sigmoid((evidence - written_cover) / (cover_scale * 0.5)))
+    else:
+        p_marked = float(_sigmoid((evidence - empty_cover) / cover_scale))
+    probs: dict[str, float] = {m: 0.0 for m in allowed}
+    probs["empty"] = 1.0 - p_marked
+    coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
+    p_grey = float(_sigmoid((0.5 - coloured_share) / 0.08))
+    if "written" in allowed and not colours:
+        probs["written"] = p_marked
+    else:
+        if can_cross:
+            # grey texels dominate -> graphite: crossed whatever its shape
+            p_x = float(_sigmoid((f.x_score[i] - x_threshold) / x_scale))
+            p_cross = p_grey + (1 - p_grey) * p_x
+        else:
+            p_cross = 0.0
+        if "written" in allowed:
+            probs["written"] = p_marked * (1 - p_cross) * (0.0 if colours else 1.0)
+        if colours:
+            d = pal.distances(float(f.hue[i]), names=colours)
+            lik = {c: math.exp(-0.5 * d[c] ** 2) for c in colours}
+            tot = sum(lik.values())
+            if tot < 1e-12:
+                pc = {c: 1.0 / len(colours) for c in colours}
+            else:
+                pc = {c: v / tot for c, v in lik.items()}
+            # A hue far from every pencil (best distance beyond 3 spreads) is not trusted;
+            # nor is a grey mark where only colours are allowed.
+            fit = float(_sigmoid((3.0 - min(d.values())) / 0.4))
+            if not can_cross:
+                fit *= 1.0 - p_grey
+            for c in colours:
+                probs[c] = p_marked * (1 - p_cross) * pc[c] * max(fit, 1e-6)
+        if can_cross:
+            probs["crossed"] = p_marked * p_cross
+    tot = sum(probs.values())
+    if tot <= 0:
+        probs = {m: 1.0 / len(allowed) for m in allowed}
+    else:
+        probs = {m: p / tot for m, p in probs.items()}
+    alts = tuple(sorted(probs.items(), key=lambda kv: -kv[1]))
+    mark, conf = alts[0]
+    # Probability lost to "no pencil fits" or "not sure it is marked" must lower confidence,
+    # not be renormalised away.
+    if mark in pal.names:
+        conf = min(conf, p_marked, float(_sigmoid((3.0 - pal.distances(float(f.hue[i]), names=[mark])[mark]) / 0.4)))
+        # a mix of colours in one region
+        conf = min(conf, float(_sigmoid((f.purity[i] - 0.6) / 0.06)))
+        if "crossed" not in allowed:
+            conf = min(conf, 1.0 - p_grey)
+    reason = ""
+    if f.n[i] < min_pixels:
+        reason = "too few unprinted pixels to read"
+        conf = min(conf, 0.5)
+    review = conf < review_threshold or bool(reason)
+    if review and not reason:
+        reason = f"low confidence ({alts[0][0]} {alts[0][1]:.2f}"
+        reason += f" vs {alts[1][0]} {alts[1][1]:.2f})" if len(alts) > 1 else ")"
+    feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]), "coloured": float(f.coloured[i]),
+             "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
+             "purity": float(f.purity[i]), "x_score": float(f.x_score[i])}
+    return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
+
+
+__all__ = ["REVIEW_THRESHOLD", "RegionReading", "SheetMarks", "SheetModel", "build_sheet_model",
+           "classify_sheet"]
