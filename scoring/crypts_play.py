@@ -144,7 +144,7 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None):
     n_cells = len(lay.cell_ids)
     # the other players finish their sheets after a plausible, varied number of picks (each pick
     # colours about 1.15 symbols with outline extras); when one does, the game ends at once
-    finish = {p: max(6, round(n_cells / 1.15 * rng.uniform(0.4, 1.35)))
+    finish = {p: max(6, round(n_cells / 1.15 * rng.uniform(0.3, 1.35)))
               for p in range(n_players) if p != me}
     picks = {p: 0 for p in range(n_players)}
     over = False
@@ -240,20 +240,25 @@ def _candidates(state, kind: str, rng: random.Random) -> list[dict[str, Any]]:
                 out.append({lay.cell_ids[row.cells[j]]: rng.choice(PENCIL_COLOURS),
                             "_settle": True})
     elif kind == "outline_extra_missing":
-        # an obliged colour loses its other cells of that colour to other colours
+        # outlined symbols in their colour whose colour has no other symbol left: one such
+        # colour, or two (a full sheet excuses one missing extra: the game ended on it)
+        picks = []
         for i, o in enumerate(lay.outlines):
-            if o is None:
+            if o is None or cells[i] == E:
                 continue
-            colour = o if o != "black" else (cells[i].value if cells[i].is_colour
-                                              else rng.choice(PENCIL_COLOURS))
+            picks.append((i, o if o != "black" else cells[i].value))
+        combos = [[p] for p in picks] + [[a, b] for a in picks for b in picks
+                                         if a[0] < b[0] and a[1] != b[1]]
+        for combo in combos:
+            targets = {colour for _, colour in combo}
+            spare = [c for c in PENCIL_COLOURS if c not in targets]
             ch: dict[str, Any] = {"_settle": True}
-            if cells[i].value != colour:
-                if cells[i] == E:
-                    continue
+            for i, colour in combo:
                 ch[lay.cell_ids[i]] = colour
-            others = [j for j, m in enumerate(cells) if m.value == colour and j != i]
-            for j in others:
-                ch[lay.cell_ids[j]] = rng.choice([c for c in PENCIL_COLOURS if c != colour])
+            keep = {i for i, _ in combo}
+            for j, m in enumerate(cells):
+                if m.value in targets and j not in keep:
+                    ch[lay.cell_ids[j]] = rng.choice(spare)
             out.append(ch)
     elif kind in ("points_unearned", "points_not_coloured"):
         box = dict(zip(lay.box_ids, state.boxes))
