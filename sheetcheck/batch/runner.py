@@ -1,0 +1,368 @@
+"""Run the checker over many photos: in parallel, resumable, with progress and an ETA.
+
+The parent lists the photos, reads and hashes each one (skipping hashes already in the store),
+and sends the bytes to a worker: a process of a ``ProcessPoolExecutor`` on this machine, or a
+worker of a Dask distributed cluster (``dask=tcp://HOST:PORT``). Workers only compute: they
+return the report JSON, the overlay PNG and a thumbnail. The parent alone writes, one
+transaction per result as it arrives, so a batch killed at any moment loses nothing finished and
+a re-run resumes where it stopped. A bad photo (or a worker that crashes on it) becomes an error
+row and never stops the batch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sheetcheck.batch.html import asset_name
+from sheetcheck.batch.inputs import PhotoItem, list_photos
+from sheetcheck.batch.store import Store
+from sheetcheck.errors import InputFileError, SheetcheckError
+
+#: Longest side of the thumbnails in index.html.
+THUMB_PX = 320
+#: Overlay resolution in batches (dots per inch of the sheet): enough to read every region.
+BATCH_OVERLAY_DPI = 60.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker side
+# ---------------------------------------------------------------------------------------------
+
+def _warm_worker() -> None:
+    """Process initializer: import the reader and load the templates once per worker."""
+    try:
+        import cv2
+        cv2.setNumThreads(1)  # one photo per core: the workers are the parallelism
+    except Exception:  # pragma: no cover - cv2 is a dependency; a worker without it still runs
+        pass
+    import sheetcheck.check  # noqa: F401  (imports vision and scoring)
+    from calibration.template import all_templates
+    all_templates()
+
+
+def thumbnail_jpeg(data: bytes, *, size: int = THUMB_PX) -> bytes | None:
+    """A small JPEG of the photo (EXIF orientation applied), or None if it cannot be decoded."""
+    from PIL import Image, ImageOps
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced size, much faster
+            im = ImageOps.exif_transpose(im).convert("RGB")
+            im.thumbnail((size, size))
+            buf = io.BytesIO()
+            im.save(buf, "JPEG", quality=80)
+            return buf.getvalue()
+    except Exception:  # any undecodable photo: it is reported by the checker, not here
+        return None
+
+
+def check_job(name: str, data: bytes, template_id: str | None = None,
+              overlay_dpi: float | None = BATCH_OVERLAY_DPI) -> dict:
+    """Check one photo in a worker; never raises (errors become the result's ``error``)."""
+    t0 = time.perf_counter()
+    out: dict = {"timings": {}}
+    try:
+        from sheetcheck.check import check_photo
+        from sheetcheck.overlay import overlay_png_bytes
+        report = check_photo(data, template_id=template_id, filename=name)
+        out["report"] = report.to_json()
+        out["timings"] = dict(out["report"].get("timings", {}))
+        t1 = time.perf_counter()
+        if overlay_dpi:
+            out["overlay_png"] = overlay_png_bytes(report, dpi=overlay_dpi)
+        out["timings"]["overlay"] = time.perf_counter() - t1
+    except SheetcheckError as e:
+        out["error_code"], out["error"] = e.code, str(e)
+    except MemoryError:
+        out["error_code"], out["error"] = "out_of_memory", f"{name}: out of memory while checking it"
+    except Exception as e:  # a bug must not stop a tournament's batch: record it with its trace
+        out["error_code"] = "internal_error"
+        out["error"] = (f"{type(e).__name__}: {e}\n"
+                        + "".join(traceback.format_exception(e)[-4:]))
+    out["thumb_jpeg"] = thumbnail_jpeg(data)
+    out["timings"]["job"] = time.perf_counter() - t0
+    return out
+
+
+def record_from_result(item: PhotoItem, result: dict) -> dict:
+    """The store row for one photo from its worker result."""
+    rec = {"sha256": item.sha256, "file": item.name, "player": item.player,
+           "table_name": item.table, "timings": result.get("timings"),
+           "error_code": result.get("error_code"), "error": result.get("error")}
+    rep = result.get("report")
+    if rep is not None:
+        rec.update({
+            "template": rep["template"]["id"], "game": rep["template"]["game"],
+            "level": rep["template"]["level"], "verdict": rep["verdict"],
+            "score": rep["total"]["rules"], "claimed": rep["total"]["claimed"],
+            "readings": {k: v["mark"] for k, v in rep["readings"].items()},
+            "corrections": rep["corrections"], "findings": rep["findings"], "report": rep})
+    else:
+        rec["verdict"] = "ERROR"
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# executors: a process pool here, or a Dask cluster
+# ---------------------------------------------------------------------------------------------
+
+class _PoolExecutor:
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.pool = self._new()
+
+    def _new(self):
+        # forkserver: workers start from a clean process (no inherited threads or sqlite handles)
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["sheetcheck.batch.runner"])
+        return cf.ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_warm_worker)
+
+    def submit(self, *args):
+        return self.pool.submit(check_job, *args)
+
+    def wait_any(self, futures):
+        return cf.wait(futures, return_when=cf.FIRST_COMPLETED)[0]
+
+    def restart(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new()
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _DaskExecutor:
+    def __init__(self, address):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise InputFileError("--dask needs the dask distributed package.",
+                                 hint="pip install 'dask[distributed]' (on the workers too).") from None
+        try:
+            # an address string, or a Client/LocalCluster object (tests, the server)
+            self.client = address if hasattr(address, "submit") else Client(address, timeout=20)
+        except (OSError, TimeoutError) as e:
+            raise InputFileError(f"cannot reach the Dask scheduler at {address}: {e}",
+                                 hint="Check the address (tcp://HOST:PORT) and that the "
+                                      "scheduler is running.") from None
+        self._own = not hasattr(address, "submit")
+        self.workers = max(1, sum(self.client.nthreads().values()))
+
+    def submit(self, *args):
+        # pure=False: two equal photos are still two jobs (the store dedups by hash anyway)
+        return self.client.submit(check_job, *args, pure=False, retries=1)
+
+    def wait_any(self, futures):
+        from distributed import wait
+        return wait(list(futures), return_when="FIRST_COMPLETED").done
+
+    def restart(self):  # pragma: no cover - a cluster heals itself (retries=1)
+        pass
+
+    def close(self):
+        if self._own:
+            self.client.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# progress
+# ---------------------------------------------------------------------------------------------
+
+class Progress:
+    """A one-line text progress bar with rate and ETA on a stream (stderr)."""
+
+    def __init__(self, total: int, *, stream=None, enabled: bool = True, width: int = 28):
+        self.total, self.width, self.enabled = total, width, enabled
+        self.stream = stream or sys.stderr
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.done = self.skipped = self.errors = 0
+
+    def update(self, *, done: int, skipped: int, errors: int, force: bool = False) -> None:
+        self.done, self.skipped, self.errors = done, skipped, errors
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self.last < 0.25):
+            return
+        self.last = now
+        self.stream.write("\r" + self.line(now) + "\x1b[K")
+        self.stream.flush()
+
+    def line(self, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        n = self.done + self.skipped
+        frac = n / self.total if self.total else 1.0
+        bar = "#" * int(frac * self.width) + "." * (self.width - int(frac * self.width))
+        dt = now - self.t0
+        rate = self.done / dt if dt > 0 else 0.0
+        left = self.total - n
+        eta = f"{_hms(left / rate)}" if rate > 0 else "--:--"
+        return (f"[{bar}] {n}/{self.total}  {rate:.2f} sheets/s  ETA {eta}"
+                f"  ({self.skipped} already done, {self.errors} errors)")
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.update(done=self.done, skipped=self.skipped, errors=self.errors, force=True)
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the batch
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class BatchSummary:
+    total: int = 0            # photos found
+    processed: int = 0        # checked in this run
+    skipped: int = 0          # already in the store (or a duplicate of a photo in this batch)
+    errors: int = 0           # of the processed
+    verdicts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    out: Path | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.processed / self.seconds if self.seconds else 0.0
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def run_batch(source, out, *, manifest=None, workers: int | None = None, dask=None,
+              template_id: str | None = None, overlay_dpi: float | None = BATCH_OVERLAY_DPI,
+              progress: Callable[[int, int], None] | None = None, show_progress: bool = True,
+              write_reports: bool = True, stream=None) -> BatchSummary:
+    """Check every photo under ``source`` into the report folder ``out``.
+
+    Parameters
+    ----------
+    source : str or Path
+        A folder (searched recursively; zips inside are read) or a .zip.
+    out : str or Path
+        Report folder: results.sqlite, overlays/, thumbs/, results.csv/json, index.html.
+    manifest : str or Path, optional
+        CSV ``file,player[,table]``.
+    workers : int, optional
+        Worker processes (default: every core). Ignored with ``dask``.
+    dask : str or distributed.Client, optional
+        Run on a Dask cluster (``tcp://HOST:PORT``) instead of local processes.
+    progress : callable(done, total), optional
+        Called after each photo (the server's job status).
+    show_progress : bool
+        Draw the text progress bar on ``stream`` (stderr).
+
+    Returns
+    -------
+    BatchSummary
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    sources = list_photos(source, manifest=manifest)
+    for sub in ("overlays", "thumbs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    store = Store.in_folder(out)
+    summary = BatchSummary(total=len(sources), out=out)
+    bar = Progress(len(sources), stream=stream, enabled=show_progress)
+    done_hashes = store.done_hashes()
+    seen: set[str] = set()
+
+    def finished(item: PhotoItem, result: dict) -> None:
+        rec = record_from_result(item, result)
+        # the pictures first, the row last: a row always has its pictures
+        if result.get("overlay_png"):
+            _write_atomic(out / "overlays" / f"{asset_name(item.sha256)}.png", result["overlay_png"])
+        if result.get("thumb_jpeg"):
+            _write_atomic(out / "thumbs" / f"{asset_name(item.sha256)}.jpg", result["thumb_jpeg"])
+        store.add(rec)
+        summary.processed += 1
+        summary.errors += rec["verdict"] == "ERROR"
+        summary.verdicts[rec["verdict"]] = summary.verdicts.get(rec["verdict"], 0) + 1
+        tick()
+
+    def tick() -> None:
+        bar.update(done=summary.processed, skipped=summary.skipped, errors=summary.errors)
+        if progress is not None:
+            progress(summary.processed + summary.skipped, summary.total)
+
+    if dask is not None:
+        ex = _DaskExecutor(dask)
+    else:
+        ex = _PoolExecutor(max(1, workers or os.cpu_count() or 1))
+    # a few jobs ahead per worker keeps every core busy without holding every photo in memory
+    max_inflight = 2 * ex.workers + 1
+    pending: dict = {}
+    crashes: dict[str, int] = {}
+    it = iter(sources)
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and len(pending) < max_inflight:
+                src = next(it, None)
+                if src is None:
+                    exhausted = True
+                    break
+                item = src.load()
+                if item.sha256 in done_hashes or item.sha256 in seen:
+                    summary.skipped += 1
+                    tick()
+                    continue
+                seen.add(item.sha256)
+                if item.data is None:
+                    finished(item, {"error_code": item.error_code, "error": item.error})
+                    continue
+                pending[ex.submit(item.name, item.data, template_id, overlay_dpi)] = item
+            if not pending:
+                break
+            for fut in ex.wait_any(list(pending)):
+                item = pending.pop(fut)
+                try:
+                    result = fut.result()
+                except cf.process.BrokenProcessPool:
+                    # a worker died (crash, OOM kill): retry its photos once on a fresh pool,
+                    # then record the photo that keeps killing workers as an error
+                    crashes[item.sha256] = crashes.get(item.sha256, 0) + 1
+                    if crashes[item.sha256] >= 2:
+                        finished(item, {"error_code": "worker_crashed",
+                                        "error": f"{item.name}: the worker process died twice "
+                                                 "while checking this photo"})
+                    else:
+                        ex.restart()
+                        retry = list(pending.values()) + [item]
+                        pending.clear()
+                        for it_ in retry:
+                            pending[ex.submit(it_.name, it_.data, template_id, overlay_dpi)] = it_
+                        break
+                    continue
+                except Exception as e:  # dask: a job lost with its worker, a cancelled future
+                    result = {"error_code": "worker_failed", "error": f"{type(e).__name__}: {e}"}
+                finished(item, result)
+    finally:
+        ex.close()
+        bar.finish()
+        summary.seconds = time.perf_counter() - t0
+        if write_reports:
+            from sheetcheck.batch.export import write_exports
+            from sheetcheck.batch.html import write_index
+            rows = store.rows()
+            write_exports(rows, out)
+            write_index(rows, out)
+        store.close()
+    return summary
