@@ -187,8 +187,8 @@ CRYPTS_COL_GROUPS = {1: ("pair", "pair"),
 GROUP_POINTS = {"pair": 2, "triple": 3, "all_colours": 5}
 
 # Outlined symbols per level: (row, col) -> colour or "black". Each colour at least once,
-# spread over rows and columns (never two in one column at one level, so no column gets an
-# unfair chain of extra colourings).
+# spread over rows and columns (at most two in any row or column, so no single line hands out
+# a chain of extra colourings).
 CRYPTS_OUTLINES = {
     1: {(1, 3): "orange", (2, 6): "blue", (3, 2): "red", (4, 8): "purple", (5, 5): "green",
         (2, 1): "green", (4, 4): "orange"},
