@@ -635,7 +635,10 @@ def regions_json(sheet: RenderedSheet) -> dict:
         "template_version": t.version,
         "game": t.game,
         "level": t.level,
-        "page": {"size": t.page_size, "width_mm": t.width_mm, "height_mm": t.height_mm},
+        "title": t.title,
+        "page": {"size": t.page_size,
+                 "orientation": "landscape" if t.width_mm > t.height_mm else "portrait",
+                 "width_mm": t.width_mm, "height_mm": t.height_mm},
         "dpi": sheet.dpi,
         "image_size": list(sheet.size),
         "px_per_mm": round(s, 6),
@@ -643,6 +646,20 @@ def regions_json(sheet: RenderedSheet) -> dict:
         "markers": markers,
         "regions": regions,
     }
+
+
+def dumps_regions_json(doc: dict) -> str:
+    """Serialise a regions.json document: readable header, one line per marker and region
+    (small enough to diff, easy to grep for a region id)."""
+    head = {k: v for k, v in doc.items() if k not in ("markers", "regions")}
+    lines = json.dumps(head, indent=2)[:-2].rstrip().splitlines()
+    out = "\n".join(lines) + ",\n"
+    for key in ("markers", "regions"):
+        items = doc.get(key, [])
+        out += f'  "{key}": ['
+        out += ",".join("\n    " + json.dumps(it, separators=(", ", ": ")) for it in items)
+        out += ("\n  ]" if items else "]") + (",\n" if key == "markers" else "\n")
+    return out + "}\n"
 
 
 def regions_json_path(png_path: str | Path) -> Path:
@@ -672,8 +689,7 @@ def save_png(sheet: RenderedSheet, path: str | Path) -> Path:
     path = _check_out(Path(path), ".png")
     try:
         Image.fromarray(sheet.image).save(path, "PNG", dpi=(sheet.dpi, sheet.dpi), optimize=False)
-        regions_json_path(path).write_text(json.dumps(regions_json(sheet), indent=1) + "\n",
-                                           encoding="utf-8")
+        regions_json_path(path).write_text(dumps_regions_json(regions_json(sheet)), encoding="utf-8")
     except OSError as e:
         raise InputFileError(f"cannot write {str(path)!r}: {e.strerror or e}.",
                              hint="Check the folder exists and is writable.") from None

@@ -265,6 +265,10 @@ def test_png_carries_its_dpi(tpl, tmp_path):
         assert im.size == page_size_px(tpl, 100)
         assert im.info["dpi"] == pytest.approx((100, 100), abs=0.01)
     assert regions_json_path(png).name == "s.regions.json"
+    # the file on disk is exactly the document, whatever its line layout
+    assert json.loads(regions_json_path(png).read_text()) == regions_json(render_sheet(tpl, dpi=100))
+    png = save_png(render_sheet(tpl, dpi=30, markers=False), tmp_path / "n.png")
+    assert json.loads(regions_json_path(png).read_text())["markers"] == []
 
 
 def test_save_refuses_wrong_extension_and_missing_folder(tpl, tmp_path):
