@@ -1,0 +1,667 @@
+"""Locate and identify the score sheet in a photo: template + homography (template mm -> px).
+
+Two ways, tried in this order:
+
+1. **Markers.** The four ArUco markers (DICT_4X4_50) in the page corners name the template
+   (template *k* uses ids 4k..4k+3) and give 4 corners each. Any two markers give eight
+   well-spread correspondences; three or four over-determine the homography and give a residual.
+   A single marker gives four close corners only, so the page outline is added.
+2. **Page + features** (a sheet printed without markers, or markers covered): find the page as the
+   largest bright quadrilateral, warp it to the page frame of every candidate template in each of
+   the four orientations, keep the candidates whose print correlates best with the template's own
+   rendering, register each with ORB features and a MAGSAC homography, then refine with ECC on
+   ink images. The best correlation identifies the template; close runners-up are reported.
+
+After locating: a sheet whose readable area leaves the photo raises :class:`SheetCutOffError`;
+a photo too blurred to read raises :class:`BlurryPhotoError` (sharpness of the print measured in
+the template frame relative to the clean rendering, so it does not depend on the photo's size).
+
+Homographies map template mm to decoded-image px in the project convention (pixel (i, j) has its
+centre at (x=j+0.5, y=i+0.5)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from calibration.template import Template, all_templates, get_template
+from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
+                               UnknownTemplateError)
+from vision._geom_render import (MM_PER_INCH, frame_size, ink_map, normalise_h, project,
+                                 reference_render, scale_matrix, warp_to_frame)
+
+__all__ = ["SheetLocation", "locate_sheet", "find_page_quad", "detect_markers",
+           "BLUR_THRESHOLD"]
+
+#: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
+#: fills half of the frame are then >= 25 px, well above ArUco's needs, and detection is fast.
+DETECT_LONG_SIDE = 1280
+#: dpi of the template frame used for identification, ECC and the blur measure.
+REG_DPI = 40.0
+#: Sharpness (photo print relative to the clean render, see :func:`_sharpness`) below which a
+#: photo is too blurred to read. A Gaussian blur of 0.5 mm on the page still passes (~0.55).
+BLUR_THRESHOLD = 0.22
+_NO_SHEET = ("no score sheet found in the photo.",
+             "Retake the photo with the whole sheet on a plain surface, flat and well lit.")
+_CUT_OFF_HINT = "Retake the photo with all four corners in view."
+
+
+@dataclass(frozen=True)
+class SheetLocation:
+    """Where the sheet is in the (decoded) photo.
+
+    Attributes
+    ----------
+    template : Template
+    homography : (3, 3) ndarray
+        Maps template mm to decoded-image px.
+    method : str
+        ``"markers"``, ``"markers+page"``, ``"page"`` or ``"features"``.
+    markers_found : tuple of int
+        ArUco ids of the identified template's markers that were detected.
+    quality : float
+        0..1, how sure the registration is (residual-based).
+    details : dict
+        Residuals, inliers, candidates considered, sharpness ...
+    """
+
+    template: Template
+    homography: np.ndarray
+    method: str
+    markers_found: tuple[int, ...]
+    quality: float
+    details: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+def _grey(image: np.ndarray) -> np.ndarray:
+    if image.ndim == 2:
+        return image
+    return cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+
+
+def _check_image(image) -> np.ndarray:
+    a = np.asarray(image)
+    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3):
+        raise ValueError(f"image must be an (H, W, 3) or (H, W) uint8 array, got {a.dtype} {a.shape}")
+    if min(a.shape[:2]) < 32:
+        raise NoSheetFoundError(f"the photo is only {a.shape[1]} x {a.shape[0]} px: no sheet can be read in it.",
+                                hint=_NO_SHEET[1])
+    return a
+
+
+def _candidates(template_id: str | None, templates: Sequence[Template] | None) -> list[Template]:
+    if templates is not None:
+        cands = list(templates)
+        if template_id is not None:
+            cands = [t for t in cands if t.id == template_id]
+            if not cands:
+                raise UnknownTemplateError(f"unknown template {template_id!r}.",
+                                           hint=f"Known templates: {', '.join(t.id for t in templates)}.")
+        return cands
+    if template_id is not None:
+        return [get_template(template_id)]  # raises UnknownTemplateError listing the ids
+    cands = all_templates()
+    if not cands:
+        raise UnknownTemplateError("no sheet templates are installed, so no sheet can be identified.",
+                                   hint="Reinstall sheetcheck (calibration/templates/*.json).")
+    return cands
+
+
+def _page_corners(t: Template) -> np.ndarray:
+    return np.array([[0, 0], [t.width_mm, 0], [t.width_mm, t.height_mm], [0, t.height_mm]], float)
+
+
+def _content_box_mm(t: Template) -> np.ndarray:
+    """Corners of the box holding every readable region and marker (what must be in view)."""
+    xs, ys = [], []
+    for r in t.regions:
+        if r.readable:
+            x0, y0, x1, y1 = r.shape.bbox()
+            xs += [x0, x1]; ys += [y0, y1]
+    for m in t.markers:
+        xs += [m.x, m.x + m.size]; ys += [m.y, m.y + m.size]
+    if not xs:
+        return _page_corners(t)
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], float)
+
+
+def _check_in_view(t: Template, H: np.ndarray, shape: tuple[int, int], *, method: str) -> dict:
+    """Raise SheetCutOffError when part of the sheet's readable area is outside the photo."""
+    h, w = shape[:2]
+    box = _content_box_mm(t)
+    # Sample the box outline densely: a strongly tilted page can leave the frame mid-edge.
+    pts = np.concatenate([np.linspace(box[i], box[(i + 1) % 4], 9)[:-1] for i in range(4)])
+    with np.errstate(all="ignore"):
+        ph = np.c_[pts, np.ones(len(pts))] @ H.T
+    if np.any(ph[:, 2] <= 0):
+        raise SheetCutOffError("the sheet is cut off by the edge of the photo (part of it is "
+                               "behind the camera's view).", hint=_CUT_OFF_HINT)
+    p = ph[:, :2] / ph[:, 2:3]
+    tol = 0.005 * max(h, w)
+    outside = (p[:, 0] < -tol) | (p[:, 1] < -tol) | (p[:, 0] > w + tol) | (p[:, 1] > h + tol)
+    if outside.any():
+        sides = []
+        if (p[:, 0] < -tol).any(): sides.append("left")
+        if (p[:, 0] > w + tol).any(): sides.append("right")
+        if (p[:, 1] < -tol).any(): sides.append("top")
+        if (p[:, 1] > h + tol).any(): sides.append("bottom")
+        raise SheetCutOffError(
+            f"the sheet is cut off by the {' and '.join(sides)} edge of the photo "
+            f"({int(outside.sum())} of {len(p)} points of its readable area are outside; located by {method}).",
+            hint=_CUT_OFF_HINT)
+    corners = project(H, _page_corners(t))
+    return {"page_corners_px": corners.round(2).tolist()}
+
+
+# --------------------------------------------------------------------------------------------
+# markers
+# --------------------------------------------------------------------------------------------
+
+_detectors: dict = {}
+
+
+def _detector(dictionary: str):
+    det = _detectors.get(dictionary)
+    if det is None:
+        params = cv2.aruco.DetectorParameters()
+        # Sub-pixel refinement is done afterwards on the full-resolution grey image.
+        params.cornerRefinementMethod = cv2.aruco.CORNER_REFINE_NONE
+        d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, dictionary))
+        det = cv2.aruco.ArucoDetector(d, params)
+        _detectors[dictionary] = det
+    return det
+
+
+def detect_markers(grey: np.ndarray, *, dictionary: str = "DICT_4X4_50") -> dict[int, np.ndarray]:
+    """Detect ArUco markers; ``{id: (4, 2) corners in px}`` in ArUco order (the marker's own
+    top-left, top-right, bottom-right, bottom-left), project px convention, sub-pixel refined
+    on ``grey`` itself. An id seen twice keeps its larger detection."""
+    h, w = grey.shape[:2]
+    f = min(1.0, DETECT_LONG_SIDE / max(h, w))
+    small = cv2.resize(grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else grey
+    corners, ids, _ = _detector(dictionary).detectMarkers(small)
+    out: dict[int, np.ndarray] = {}
+    if ids is None:
+        return out
+    for c, i in zip(corners, ids.ravel()):
+        c = c.reshape(4, 2).astype(np.float64)
+        # small index coords -> full index coords (pixel centres at integers in both)
+        c = (c + 0.5) / f - 0.5
+        cc = _refine_marker_corners(grey, c)
+        pts = cc + 0.5  # index -> project px convention
+        if int(i) in out:
+            prev = out[int(i)]
+            if cv2.contourArea(prev.astype(np.float32)) >= cv2.contourArea(pts.astype(np.float32)):
+                continue
+        out[int(i)] = pts
+    return out
+
+
+def _refine_marker_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Sub-pixel marker corners (index coords) as intersections of the four outer edges.
+
+    Each edge is located at a dozen places along its middle 60 % by the half-way crossing
+    between the black border and the white quiet zone (unbiased under symmetric blur, unlike
+    a gradient peak or a corner detector on an L-shaped corner), then fitted with a line.
+    """
+    side = float(np.mean(np.linalg.norm(c - np.roll(c, -1, 0), axis=1)))
+    cell = side / 6.0
+    if cell < 2.0:
+        return c
+    centre = c.mean(0)
+    ts = np.linspace(0.2, 0.8, 13)
+    half = 0.6 * cell
+    offs = np.linspace(-half, half, 25)
+    lines = []
+    for i in range(4):
+        a, b = c[i], c[(i + 1) % 4]
+        d = (b - a) / max(np.linalg.norm(b - a), 1e-9)
+        n = np.array([d[1], -d[0]])
+        if np.dot((a + b) / 2 - centre, n) < 0:
+            n = -n
+        base = a[None, :] + ts[:, None] * (b - a)[None, :]
+        sp = base[:, None, :] + offs[None, :, None] * n[None, None, :]
+        prof = cv2.remap(grey, sp[..., 0].astype(np.float32), sp[..., 1].astype(np.float32),
+                         cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float64)
+        inner = prof[:, :5].mean(1)
+        outer = prof[:, -5:].mean(1)
+        ok = outer - inner > 20  # enough contrast for a reliable crossing
+        pts = []
+        for j in np.nonzero(ok)[0]:
+            lvl = (inner[j] + outer[j]) / 2
+            above = np.nonzero(prof[j] >= lvl)[0]
+            if len(above) == 0 or above[0] == 0:
+                continue
+            k = above[0]
+            p0, p1 = prof[j, k - 1], prof[j, k]
+            f = (lvl - p0) / max(p1 - p0, 1e-9)
+            off = offs[k - 1] + f * (offs[k] - offs[k - 1])
+            pts.append(base[j] + off * n)
+        if len(pts) < 5:
+            return c
+        pts = np.array(pts)
+        # Least-squares line, with one pass of outlier removal (a pencil stroke on the edge).
+        for _ in range(2):
+            m = pts.mean(0)
+            _, _, vt = np.linalg.svd(pts - m)
+            dirn = vt[0]
+            nrm = np.array([-dirn[1], dirn[0]])
+            r = (pts - m) @ nrm
+            keep = np.abs(r) <= max(3 * np.median(np.abs(r)), 0.15)
+            if keep.all() or keep.sum() < 5:
+                break
+            pts = pts[keep]
+        lines.append((m, dirn))
+    out = np.empty_like(c)
+    for i in range(4):
+        (p, u), (q, v) = lines[(i - 1) % 4], lines[i]
+        A = np.array([u, -v]).T
+        if abs(np.linalg.det(A)) < 1e-6:
+            return c
+        s_, _ = np.linalg.solve(A, q - p)
+        out[i] = p + s_ * u
+    if np.max(np.linalg.norm(out - c, axis=1)) > 0.5 * cell:
+        return c
+    return out
+
+
+def _locate_by_markers(grey, found, cands, template_id):
+    """Template and homography from detected markers, or None if no candidate's markers."""
+    by_t: dict[str, list[int]] = {}
+    tmap = {}
+    for t in cands:
+        for mid in t.marker_ids:
+            if mid in found:
+                by_t.setdefault(t.id, []).append(mid)
+                tmap[t.id] = t
+    if not by_t:
+        return None
+    ranked = sorted(by_t.items(), key=lambda kv: -len(kv[1]))
+    tid, mids = ranked[0]
+    t = tmap[tid]
+    details: dict = {"markers_detected": sorted(found)}
+    if len(ranked) > 1:
+        details["other_templates_markers"] = {k: sorted(v) for k, v in ranked[1:]}
+        details["template_choice"] = (f"markers of {len(ranked)} templates in the photo; chose "
+                                      f"{tid} with {len(mids)} marker(s)")
+    src = np.concatenate([next(m for m in t.markers if m.id == mid).corners_mm() for mid in mids])
+    dst = np.concatenate([found[mid] for mid in mids])
+    method = "markers"
+    if len(mids) >= 2:
+        H, _ = cv2.findHomography(src, dst, 0)
+    else:
+        H = cv2.getPerspectiveTransform(src.astype(np.float32), dst.astype(np.float32)).astype(float)
+    if H is None or not np.all(np.isfinite(H)):
+        return None
+    H = normalise_h(H)
+    res = np.linalg.norm(project(H, src) - dst, axis=1)
+    rms = float(np.sqrt(np.mean(res ** 2)))
+    if len(mids) <= 3:
+        # One marker is four close points: far corners extrapolate badly; with two or three the
+        # perspective near the missing corner(s) is weakly constrained. Add the page outline.
+        quad = find_page_quad(grey)
+        if quad is not None:
+            pred = project(H, _page_corners(t))
+            # Match each predicted page corner to the nearest quad corner (cyclic order).
+            best = min(range(4), key=lambda s: np.sum(np.linalg.norm(np.roll(quad, -s, 0) - pred, axis=1)))
+            q = np.roll(quad, -best, 0)
+            err = np.linalg.norm(q - pred, axis=1)
+            page_px = np.linalg.norm(pred[0] - pred[2])
+            if np.max(err) < (0.25 if len(mids) == 1 else 0.04) * page_px:
+                src2 = np.concatenate([src, _page_corners(t)])
+                dst2 = np.concatenate([dst, q])
+                # Marker corners are far more precise than a page outline: weight them up.
+                w = np.r_[np.full(len(src), 3.0), np.ones(4)]
+                H2 = _weighted_homography(src2, dst2, w)
+                if H2 is not None:
+                    H = H2
+                    method = "markers+page"
+                    res = np.linalg.norm(project(H, src) - dst, axis=1)
+                    rms = float(np.sqrt(np.mean(res ** 2)))
+                    details["page_corner_error_px"] = float(np.max(np.linalg.norm(project(H, _page_corners(t)) - q, axis=1)))
+    marker_side = float(np.mean([np.linalg.norm(found[m][0] - found[m][1]) for m in mids]))
+    # Residual relative to the marker size (px/mm of this photo) makes it scale-free;
+    # fewer markers means less over-determination, so less certainty.
+    rel = rms / max(marker_side, 1.0) * 14.0  # ~ residual in px at 1 px/mm
+    quality = float(np.exp(-rel / 2.0)) * {1: 0.6, 2: 0.85, 3: 0.95, 4: 1.0}[len(mids)]
+    if method == "markers+page" and len(mids) == 1:
+        quality *= 0.8
+    details.update({"marker_rms_px": round(rms, 3), "marker_side_px": round(marker_side, 1)})
+    return t, H, method, tuple(sorted(mids)), quality, details
+
+
+def _weighted_homography(src, dst, w):
+    """DLT homography with per-point weights (normalised for conditioning)."""
+    def norm(p):
+        c = p.mean(0)
+        s = np.sqrt(2) / max(np.mean(np.linalg.norm(p - c, axis=1)), 1e-9)
+        return np.array([[s, 0, -s * c[0]], [0, s, -s * c[1]], [0, 0, 1]])
+    Ts, Td = norm(src), norm(dst)
+    a = project(Ts, src); b = project(Td, dst)
+    rows = []
+    for (x, y), (u, v), wi in zip(a, b, w):
+        rows.append(wi * np.array([-x, -y, -1, 0, 0, 0, u * x, u * y, u]))
+        rows.append(wi * np.array([0, 0, 0, -x, -y, -1, v * x, v * y, v]))
+    _, _, vt = np.linalg.svd(np.array(rows))
+    Hn = vt[-1].reshape(3, 3)
+    H = np.linalg.inv(Td) @ Hn @ Ts
+    if abs(H[2, 2]) < 1e-12:
+        return None
+    return normalise_h(H)
+
+
+# --------------------------------------------------------------------------------------------
+# page quadrilateral
+# --------------------------------------------------------------------------------------------
+
+def find_page_quad(grey: np.ndarray, *, long_side: int = 640) -> np.ndarray | None:
+    """The page as the largest bright convex quadrilateral, (4, 2) px corners (project
+    convention, in ``grey``'s px) clockwise from the one nearest the image's top-left, or None.
+
+    Paper is the brightest large thing on a game table; after removing the printed ink by a
+    closing, thresholding at several levels between the table's and the paper's brightness and
+    keeping the component whose convex hull is best approximated by four corners is robust to
+    clutter and soft shadows.
+    """
+    h, w = grey.shape[:2]
+    f = min(1.0, long_side / max(h, w))
+    g = cv2.resize(grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else grey.copy()
+    sh, sw = g.shape
+    k = max(3, int(min(sh, sw) * 0.02) | 1)
+    g = cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+    g = cv2.GaussianBlur(g, (5, 5), 0)
+    otsu, _ = cv2.threshold(g, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    best, best_score = None, 0.0
+    for thr in (otsu, otsu * 0.85 + 255 * 0.15 * 0.5, otsu * 0.9, otsu * 1.1):
+        _, bw = cv2.threshold(g, float(np.clip(thr, 1, 254)), 255, cv2.THRESH_BINARY)
+        bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (5, 5)))
+        n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
+        for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:3] + 1:
+            area = stats[i, cv2.CC_STAT_AREA]
+            if area < 0.08 * sh * sw:
+                break
+            cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+            hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
+            quad = _hull_to_quad(hull)
+            if quad is None:
+                continue
+            qa = abs(cv2.contourArea(quad.astype(np.float32)))
+            fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
+            if fill_ratio < 0.8:
+                continue
+            score = qa * min(fill_ratio, 1.0)
+            if score > best_score:
+                best, best_score = quad, score
+    if best is None:
+        return None
+    # index coords in the small image -> px in the original (project convention)
+    q = (best + 0.5) / f
+    return _order_quad(q)
+
+
+def _hull_to_quad(hull: np.ndarray) -> np.ndarray | None:
+    peri = cv2.arcLength(hull, True)
+    for eps in (0.01, 0.02, 0.03, 0.05, 0.08):
+        ap = cv2.approxPolyDP(hull, eps * peri, True)
+        if len(ap) == 4 and cv2.isContourConvex(ap):
+            return ap.reshape(4, 2).astype(np.float64)
+        if len(ap) < 4:
+            break
+    # Fall back to the minimum-area rectangle when the outline is rounded (curl, shadow).
+    if peri > 0:
+        return cv2.boxPoints(cv2.minAreaRect(hull)).astype(np.float64)
+    return None
+
+
+def _order_quad(q: np.ndarray) -> np.ndarray:
+    c = q.mean(0)
+    ang = np.arctan2(q[:, 1] - c[1], q[:, 0] - c[0])
+    q = q[np.argsort(ang)]  # clockwise in image coordinates (y down)
+    start = int(np.argmin(q.sum(1)))
+    return np.roll(q, -start, 0)
+
+
+def _quad_touches_border(q: np.ndarray, shape) -> bool:
+    h, w = shape[:2]
+    m = 0.004 * max(h, w) + 1
+    return bool(np.any((q[:, 0] < m) | (q[:, 1] < m) | (q[:, 0] > w - m) | (q[:, 1] > h - m)))
+
+
+# --------------------------------------------------------------------------------------------
+# no markers: page + features + ECC
+# --------------------------------------------------------------------------------------------
+
+def _ref_ink(t: Template, dpi: float, markers: bool) -> np.ndarray:
+    ref = reference_render(t, dpi=dpi, markers=markers)
+    return ink_map(_grey(ref), background_px=dpi / MM_PER_INCH * 8)
+
+
+def _ncc(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    if mask is not None:
+        a, b = a[mask], b[mask]
+    a = a - a.mean(); b = b - b.mean()
+    d = np.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    return float((a * b).sum() / d) if d > 0 else 0.0
+
+
+def _blurred(x: np.ndarray, s: float) -> np.ndarray:
+    return cv2.GaussianBlur(x, (0, 0), s)
+
+
+def _orb_refine(photo_ink: np.ndarray, ref_ink: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """Homography (ref px -> photo px, index coords) from ORB matches with MAGSAC."""
+    a = np.clip(photo_ink * 255 * 2, 0, 255).astype(np.uint8)
+    b = np.clip(ref_ink * 255 * 2, 0, 255).astype(np.uint8)
+    orb = cv2.ORB_create(nfeatures=1500, scaleFactor=1.3, nlevels=4, edgeThreshold=15, patchSize=15,
+                         fastThreshold=10)
+    ka, da = orb.detectAndCompute(a, None)
+    kb, db = orb.detectAndCompute(b, None)
+    if da is None or db is None or len(ka) < 8 or len(kb) < 8:
+        return None, 0
+    matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(db, da)
+    # The page quad already aligns the frames to a few mm: far matches are wrong.
+    lim = 0.06 * max(a.shape)
+    good = [m for m in matches
+            if np.hypot(kb[m.queryIdx].pt[0] - ka[m.trainIdx].pt[0], kb[m.queryIdx].pt[1] - ka[m.trainIdx].pt[1]) < lim]
+    if len(good) < 12:
+        return None, len(good)
+    src = np.float32([kb[m.queryIdx].pt for m in good])
+    dst = np.float32([ka[m.trainIdx].pt for m in good])
+    G, inl = cv2.findHomography(src, dst, cv2.USAC_MAGSAC, 2.0, maxIters=2000, confidence=0.999)
+    if G is None:
+        return None, 0
+    return G, int(inl.sum())
+
+
+def _ecc_refine(photo_ink: np.ndarray, ref_ink: np.ndarray, G0: np.ndarray, *, iters: int = 60):
+    """ECC homography (ref index -> photo index), starting from ``G0``; (G, correlation)."""
+    tmpl = _blurred(ref_ink, 1.0).astype(np.float32)
+    inp = _blurred(photo_ink, 1.0).astype(np.float32)
+    G = G0.astype(np.float32).copy()
+    try:
+        cc, G = cv2.findTransformECC(tmpl, inp, G, cv2.MOTION_HOMOGRAPHY,
+                                     (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, iters, 1e-5),
+                                     None, 3)
+    except cv2.error:
+        return G0, None
+    return G.astype(np.float64), float(cc)
+
+
+def _locate_by_page(image_grey, cands, *, markers_printed: bool | None):
+    """Page quad -> (template, rotation) candidates -> ORB + MAGSAC -> ECC."""
+    quad = find_page_quad(image_grey)
+    if quad is None:
+        raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
+    if _quad_touches_border(quad, image_grey.shape):
+        raise SheetCutOffError("the sheet is cut off by the edge of the photo (the page outline "
+                               "touches the frame).", hint=_CUT_OFF_HINT)
+    k = REG_DPI / MM_PER_INCH
+    scored = []
+    warped_cache: dict = {}
+    for t in cands:
+        size = frame_size(t, REG_DPI)
+        for mk in ((True, False) if markers_printed is None else (markers_printed,)):
+            ref = _ref_ink(t, REG_DPI, mk)
+            for rot in range(4):
+                key = (t.width_mm, t.height_mm, rot)
+                if key not in warped_cache:
+                    q = np.roll(quad, -rot, 0)
+                    H0 = normalise_h(cv2.getPerspectiveTransform(_page_corners(t).astype(np.float32),
+                                                                 q.astype(np.float32)).astype(float))
+                    g = warp_to_frame(image_grey, H0, REG_DPI, size)
+                    ink = ink_map(g, background_px=k * 8)
+                    warped_cache[key] = (H0, ink)
+                H0, ink = warped_cache[key]
+                s = _ncc(_blurred(ink, 2.0), _blurred(ref, 2.0))
+                scored.append((s, t, rot, mk, H0, ink, ref))
+    scored.sort(key=lambda r: -r[0])
+    # The coarse score puts the right orientation and near relatives first; register the
+    # best few precisely and decide on the ECC correlation.
+    finals = []
+    seen = set()
+    for s, t, rot, mk, H0, ink, ref in scored:
+        if (t.id, rot) in seen:
+            continue
+        seen.add((t.id, rot))
+        if len(finals) >= 4 or (finals and s < scored[0][0] * 0.5):
+            break
+        G, inliers = _orb_refine(ink, ref)
+        if G is None:
+            G = np.eye(3)
+        G2, cc = _ecc_refine(ink, ref, G)
+        if cc is None and not np.allclose(G, np.eye(3)):
+            G2, cc = _ecc_refine(ink, ref, np.eye(3))
+        if cc is None:
+            G2, cc = G, _ncc(ink, ref)
+        # G: frame index (ref) -> frame index (photo warp). Convert to mm -> image px.
+        half = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], float)
+        Gpx = half @ G2 @ np.linalg.inv(half)
+        H = normalise_h(H0 @ scale_matrix(1 / k) @ Gpx @ scale_matrix(k))
+        finals.append({"template": t, "rotation": rot, "markers_printed": mk, "coarse": s,
+                       "inliers": inliers, "ecc": cc, "H": H})
+    if not finals:
+        raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
+    finals.sort(key=lambda r: -r["ecc"])
+    best = finals[0]
+    cand_list = [{"template": f["template"].id, "rotation_deg": 90 * f["rotation"],
+                  "correlation": round(f["ecc"], 4), "coarse": round(f["coarse"], 4),
+                  "orb_inliers": f["inliers"]} for f in finals]
+    runner = next((f for f in finals[1:] if f["template"].id != best["template"].id), None)
+    margin = best["ecc"] - runner["ecc"] if runner else best["ecc"]
+    if best["ecc"] < 0.25:
+        raise NoSheetFoundError(
+            f"found a page, but it does not match any known sheet (best: {best['template'].id}, "
+            f"correlation {best['ecc']:.2f}).",
+            hint="Photograph a sheetcheck score sheet, whole and flat; or name it with --template.")
+    method = "features" if best["inliers"] >= 12 else "page"
+    quality = float(np.clip((best["ecc"] - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
+    details = {"page_quad_px": quad.round(2).tolist(), "candidates": cand_list,
+               "identification_margin": round(float(margin), 4),
+               "ambiguous": bool(runner is not None and margin < 0.03),
+               "markers_printed": best["markers_printed"]}
+    return best["template"], best["H"], method, quality, details
+
+
+# --------------------------------------------------------------------------------------------
+# blur
+# --------------------------------------------------------------------------------------------
+
+def _sharpness(image_grey: np.ndarray, H: np.ndarray, t: Template, *, markers: bool) -> float:
+    """Print sharpness of the photo relative to the clean render, both in the template frame.
+
+    Ratio of the mean Laplacian energy to the mean gradient energy measures how steep the edges
+    of the print are independently of contrast; dividing by the render's own ratio makes it
+    independent of how much print the template has. 1 = as sharp as the render at ``REG_DPI``.
+    """
+    dpi = REG_DPI * 2
+    size = frame_size(t, dpi)
+    g = warp_to_frame(image_grey, H, dpi, size).astype(np.float32)
+    ref = _grey(reference_render(t, dpi=dpi, markers=markers)).astype(np.float32)
+
+    def ratio(x):
+        x = cv2.GaussianBlur(x, (0, 0), 0.7)  # the same noise floor for photo and render
+        lap = cv2.Laplacian(x, cv2.CV_32F, ksize=3)
+        gx = cv2.Sobel(x, cv2.CV_32F, 1, 0, ksize=3); gy = cv2.Sobel(x, cv2.CV_32F, 0, 1, ksize=3)
+        grad = np.sqrt(gx * gx + gy * gy)
+        sel = grad > np.percentile(grad, 90)  # edges only: paper noise and flat pencil ignored
+        return float(np.abs(lap[sel]).mean() / max(grad[sel].mean(), 1e-6))
+    return ratio(g) / max(ratio(ref), 1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------
+
+def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
+                 templates: Sequence[Template] | None = None,
+                 check_blur: bool = True) -> SheetLocation:
+    """Find the sheet in a photo, identify its template and compute the homography.
+
+    Parameters
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        RGB photo (a :class:`vision.decode.DecodedPhoto` image).
+    template_id : str, optional
+        Only consider this template.
+    templates : sequence of Template, optional
+        Candidate templates (default: the bundled ones).
+    check_blur : bool, optional
+        Raise :class:`BlurryPhotoError` for photos too blurred to read.
+
+    Returns
+    -------
+    SheetLocation
+
+    Raises
+    ------
+    NoSheetFoundError, SheetCutOffError, BlurryPhotoError, UnknownTemplateError
+    """
+    a = _check_image(image)
+    cands = _candidates(template_id, templates)
+    grey = _grey(a)
+    details: dict = {}
+    found: dict[int, np.ndarray] = {}
+    for dictionary in sorted({t.aruco_dictionary for t in cands}):
+        found.update(detect_markers(grey, dictionary=dictionary))
+    res = _locate_by_markers(grey, found, cands, template_id) if found else None
+    markers_printed = None
+    if res is None and found and template_id is not None:
+        others = [t for t in (templates or all_templates()) if t.id != template_id
+                  and any(m in found for m in t.marker_ids)]
+        if others:
+            raise UnknownTemplateError(
+                f"the photo shows the markers of template {others[0].id!r}, not of {template_id!r}.",
+                hint=f"Leave out --template, or give --template {others[0].id}.")
+    if res is not None:
+        t, H, method, mids, quality, d = res
+        details.update(d)
+        markers_printed = True
+    else:
+        if found:
+            details["markers_detected"] = sorted(found)
+        t, H, method, quality, d = _locate_by_page(grey, cands, markers_printed=None)
+        details.update(d)
+        markers_printed = d.get("markers_printed", False)
+        mids = tuple(sorted(m for m in t.marker_ids if m in found))
+    details.update(_check_in_view(t, H, a.shape, method=method))
+    if check_blur:
+        sharp = _sharpness(grey, H, t, markers=bool(markers_printed))
+        details["sharpness"] = round(sharp, 3)
+        if sharp < BLUR_THRESHOLD:
+            raise BlurryPhotoError(
+                f"the photo is too blurred to read the sheet (sharpness {sharp:.2f}, "
+                f"needs at least {BLUR_THRESHOLD:.2f}).",
+                hint="Hold the phone still, let it focus on the sheet (tap the screen), and retake "
+                     "the photo in good light.")
+    details["markers_printed"] = bool(markers_printed)
+    return SheetLocation(template=t, homography=H, method=method, markers_found=mids,
+                         quality=float(np.clip(quality, 0, 1)), details=details)
