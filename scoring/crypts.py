@@ -280,7 +280,7 @@ class State:
     def with_marks(self, changes: Mapping[str, Mark | str]) -> "State":
         """A copy with some regions' marks replaced (validated like state_from_marks)."""
         marks = state_to_marks(self)
-        marks.update({k: Mark(v).value for k, v in changes.items()})
+        marks.update({k: v.value if isinstance(v, Mark) else v for k, v in changes.items()})
         return state_from_marks(self.template, marks)
 
 
