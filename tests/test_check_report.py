@@ -154,3 +154,23 @@ def test_json_is_versioned_and_serialisable():
     assert doc["total"]["difference"] == doc["total"]["claimed"] - doc["total"]["rules"] > 0
     assert doc["template"]["id"] == "crypts-3" and doc["findings"][0]["severity"] == "claim"
     assert set(doc["readings"]) == set(e.state_to_marks(bad))
+
+
+@pytest.mark.parametrize("tid", ["reefs-1", "reefs-2", "reefs-3"])
+def test_reefs_legal_game_ok_and_violations_are_discrepancies(tid):
+    t, e, st = _game(tid)
+    marks = e.state_to_marks(st)
+    assert build_report(t, _reads(marks)).verdict is Verdict.OK
+    for kind, sign in (("branch", 0), ("bonus_unearned", 1), ("treasure_boxes_extra", 1)):
+        bad = e.inject_violation(st, kind, np.random.default_rng(0))
+        r = build_report(t, _reads(e.state_to_marks(bad)))
+        assert r.verdict is Verdict.DISCREPANCY, kind
+        assert np.sign(r.audit.difference) == sign, kind
+
+
+def test_reefs_uncertain_connection_matters():
+    t, e, st = _game("reefs-2")
+    marks = e.state_to_marks(st)
+    conn = next(rid for rid in sorted(marks) if rid.startswith("conn.") and marks[rid] != "empty")
+    r = build_report(t, _reads(marks, {conn: [("empty", 0.45)]}))
+    assert r.verdict is Verdict.NEEDS_REVIEW and [u.region for u in r.review] == [conn]
