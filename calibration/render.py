@@ -292,7 +292,7 @@ class _Pen:
         px = int(round(size_mm * self.k))
         font = _font(px)
         # the bundled font has no bold face: a stroke in the text colour thickens it
-        stroke = max(1, int(round(px * 0.045))) if bold else 0
+        stroke = max(1, int(round(px * 0.03))) if bold else 0
         fill = _rgb(colour, INK_TEXT)
         self.d.text((x * self.k, y * self.k), str(text), font=font, anchor=anchor, fill=fill,
                     stroke_width=stroke, stroke_fill=fill)
@@ -343,7 +343,7 @@ def _label(pen: _Pen, r: Region, *, size_mm: float | None = None, at=None) -> No
     x0, y0, x1, y1 = r.shape.bbox()
     cx, cy = r.shape.centre()
     h = y1 - y0
-    size = pr.get("label_size") or size_mm or min(max(0.45 * h, 2.2), 4.0)
+    size = pr.get("label_size") or size_mm or min(max(0.4 * h, 2.2), 3.4)
     gap = 0.7
     if pos == "above":
         pen.text(cx, y0 - gap, text, size_mm=size, anchor="ms", bold=True)
@@ -399,7 +399,7 @@ def _draw_region(pen: _Pen, r: Region) -> None:
         pen.shape(shape, outline=outline or "#000000", width=0.35, fill=pr.get("fill") or "#ffffff")
     elif kind == "swatch":
         ink = outline or r.meaning.get("colour")
-        pen.shape(shape, outline=ink if ink in INKS else INK_LINE, width=0.5)
+        pen.shape(shape, outline=ink if ink in INKS else INK_LINE, width=0.35)
     elif kind == "space":
         pen.shape(shape, outline=outline or INK_LINE, width=THIN_MM)
     elif kind == "connection":
@@ -436,7 +436,8 @@ def _draw_region(pen: _Pen, r: Region) -> None:
                 pen.text(cx, cy, value, size_mm=side * 0.45, anchor="mm", colour=INK_TEXT)
         return
     elif kind == "coin":
-        pen.glyph(pr.get("glyph", "coin"), cx, cy, side, colour=outline or INK_LINE, width=0.3)
+        # smaller than its space, so the coin reads as lying on the space, not as its rim
+        pen.glyph(pr.get("glyph", "coin"), cx, cy, side * 0.7, colour=outline or INK_LINE, width=0.3)
     elif kind == "whirlpool":
         pen.shape(shape, outline=outline or INK_LINE, width=THIN_MM)
         pen.glyph(pr.get("glyph", "whirlpool"), cx, cy, side * 0.78, colour=INK_LINE, width=0.3)
