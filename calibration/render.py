@@ -503,9 +503,10 @@ def _paint_square(img: np.ndarray, x0: float, y0: float, side: float, bits: np.n
 # render, with a cache
 # --------------------------------------------------------------------------------------------
 
-#: Supersampling factor by dpi: enough that lines are smooth, small enough to stay fast.
 def _supersample(dpi: float) -> int:
-    return 4 if dpi < 100 else (3 if dpi < 200 else 2)
+    """Supersampling factor: smooth lines at low dpi, a canvas that fits in memory at high dpi
+    (above 400 dpi the pixels are already finer than a printer's dot)."""
+    return 4 if dpi < 100 else (3 if dpi < 200 else (2 if dpi <= 400 else 1))
 
 
 def _render(template: Template, dpi: float, markers: bool) -> np.ndarray:
@@ -704,13 +705,16 @@ def save_pdf(template: Template, path: str | Path, *, dpi: float = 300, markers:
     render's pixel size is rounded, so the resolution is set per axis to land exactly on it.
     """
     path = _check_out(Path(path), ".pdf")
-    sheet = render_sheet(template, dpi=dpi, markers=markers)
-    W, H = sheet.size
+    _check_dpi(dpi)
+    # a print render is a one-off at high dpi: render it outside the cache so it does not push
+    # out the small renders the reader and simulator reuse
+    image = _render(template, float(dpi), bool(markers))
+    H, W = image.shape[:2]
     res = (W * MM_PER_INCH / template.width_mm, H * MM_PER_INCH / template.height_mm)
     try:
         # RGB pages are stored as JPEG inside the PDF: high quality and no chroma subsampling
         # keep thin coloured outlines crisp on paper
-        Image.fromarray(sheet.image).save(path, "PDF", dpi=res, quality=95, subsampling=0,
+        Image.fromarray(image).save(path, "PDF", dpi=res, quality=95, subsampling=0,
                                           title=f"{template.title} ({template.id} {template.version})")
     except OSError as e:
         raise InputFileError(f"cannot write {str(path)!r}: {e.strerror or e}.",
