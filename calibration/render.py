@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -32,7 +33,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from calibration.glyphs import GLYPHS, glyph_paths
 from calibration.template import PENCIL_COLOURS, Region, Shape, Template
-from sheetcheck.errors import InputFileError
+from sheetcheck.errors import InputFileError, TemplateError
 
 MM_PER_INCH = 25.4
 
@@ -514,10 +515,19 @@ def _render(template: Template, dpi: float, markers: bool) -> np.ndarray:
     ss = _supersample(dpi)
     canvas = Image.new("RGB", (W * ss, H * ss), (255, 255, 255))
     pen = _Pen(canvas, dpi / MM_PER_INCH * ss)
-    for a in template.artwork:
-        _draw_artwork(pen, a)
+    # the template loader checks geometry, not drawing hints: collect every item that cannot
+    # be drawn and report them together, like the loader does
+    problems: list[str] = []
+    for i, a in enumerate(template.artwork):
+        with _collect(problems, f"artwork[{i}] ({a.get('type')})"):
+            _draw_artwork(pen, a)
     for r in template.regions:
-        _draw_region(pen, r)
+        with _collect(problems, f"region {r.id!r} ({r.kind}) print hints"):
+            _draw_region(pen, r)
+    if problems:
+        raise TemplateError(f"template {template.id} ({template.source}) cannot be drawn "
+                            f"({len(problems)} problem{'s' if len(problems) != 1 else ''}):",
+                            problems, hint="Fix these items (see docs/TEMPLATES.md).")
     img = np.array(canvas.reduce(ss))
     s = dpi / MM_PER_INCH
     for m in template.markers:
@@ -528,6 +538,16 @@ def _render(template: Template, dpi: float, markers: bool) -> np.ndarray:
         _paint_square(img, m.x * s, m.y * s, m.size * s, bits if markers else None,
                       quiet=2 * cell * s)
     return img
+
+
+@contextmanager
+def _collect(problems: list[str], where: str):
+    try:
+        yield
+    except KeyError as e:
+        problems.append(f"{where}: missing field {e.args[0]!r}")
+    except (TypeError, ValueError) as e:
+        problems.append(f"{where}: {e}")
 
 
 class _TemplateKey:
@@ -582,7 +602,10 @@ def render_sheet(template: Template, *, dpi: float = 150.0, markers: bool = True
     Raises
     ------
     ValueError
-        If ``dpi`` is out of range, or the template names an unknown colour or glyph.
+        If ``dpi`` is out of range.
+    TemplateError
+        Naming every artwork item or print hint that cannot be drawn (an unknown colour or
+        glyph, a missing field).
     """
     _check_dpi(dpi)
     with _cache_lock:  # one render per key even when the server asks from several threads

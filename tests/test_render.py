@@ -15,6 +15,7 @@ from calibration.glyphs import GLYPH_LIBRARY, GLYPHS, glyph_paths
 from calibration.render import (INKS, REGIONS_FORMAT, page_size_px, pdf_page_size_pt,
                                 regions_json, regions_json_path, render_sheet, save_pdf, save_png)
 from calibration.template import template_ids, get_template, validate_template_dict
+from sheetcheck.errors import TemplateError
 from sheetcheck.cli import main
 
 # A small sheet with one region of every shape type and the main kinds, A4 landscape like the
@@ -233,11 +234,19 @@ def test_bad_dpi_is_refused(tpl):
         render_sheet(tpl, dpi=0)
 
 
-def test_unknown_colour_in_template_is_named(tpl):
+def test_undrawable_print_hints_and_artwork_are_all_named(tpl):
     doc = copy.deepcopy(DOC)
     doc["regions"][0]["print"]["outline"] = "mauve"
-    with pytest.raises(ValueError, match="colour 'mauve'"):
+    doc["regions"][1]["print"]["glyph"] = "anchor"
+    del doc["artwork"][0]["x"]
+    doc["artwork"].append({"type": "hologram"})
+    with pytest.raises(TemplateError, match="cannot be drawn \\(4 problems\\)") as ei:
         render_sheet(validate_template_dict(doc), dpi=30)
+    msg = str(ei.value)
+    assert "region 'box.1' (box) print hints: colour 'mauve'" in msg
+    assert "region 'cell.1' (symbol) print hints: unknown glyph 'anchor'" in msg
+    assert "artwork[0] (text): missing field 'x'" in msg
+    assert "artwork[5] (hologram): unknown artwork type 'hologram'" in msg
 
 
 # --- files ------------------------------------------------------------------------------------
@@ -338,3 +347,14 @@ def test_every_glyph_fits_its_square():
 
 def test_inks_are_the_print_inks():
     assert INKS["orange"] == "#f08c00" and INKS["purple"] == "#7b3fa8" and len(INKS) == 6
+
+
+def test_print_template_that_cannot_be_drawn_exits_20(monkeypatch, tmp_path, capsys):
+    doc = copy.deepcopy(DOC)
+    doc["artwork"].append({"type": "line", "p1": [0, 0]})
+    broken = validate_template_dict(doc, source="broken.json")
+    mod = importlib.import_module("sheetcheck.commands.print")
+    monkeypatch.setattr(mod, "get_template", lambda tid: broken)
+    assert main(["print", "broken", "--out", str(tmp_path / "s.png"), "--dpi", "30"]) == 20
+    err = capsys.readouterr().err
+    assert "artwork[5] (line): missing field 'p2'" in err and "Traceback" not in err
