@@ -114,7 +114,8 @@ def _softmax_pick(rng: random.Random, items: list, values: list[float], temp: fl
     return rng.choices(items, weights)[0]
 
 
-def simulate_game(template: Template, seed: int, *, players: int | None = None):
+def simulate_game(template: Template, seed: int, *, players: int | None = None,
+                  log: list | None = None):
     """Play one whole legal game of Crypts and return our sheet's end state.
 
     Parameters
@@ -125,6 +126,11 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None):
         all randomness (table size, dice, the other players, our choices) follows from it.
     players : int, optional
         2-4 players at the table; sampled when None.
+    log : list, optional
+        if given, every event is appended as a dict: ``{"event": "roll", "round", "pencils"}``,
+        ``{"event": "pick", "player", "pencil", "face"}`` (any player),
+        ``{"event": "colour", "cell", "colour", "extra"}`` (our sheet) and finally
+        ``{"event": "end", "by": "us" | player}``, so that a test can replay the game.
 
     Returns
     -------
@@ -148,16 +154,24 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None):
               for p in range(n_players) if p != me}
     picks = {p: 0 for p in range(n_players)}
     over = False
+    rounds = 0
+    ev = log.append if log is not None else (lambda e: None)
     while not over:
+        rounds += 1
         pencils = [(ci, rng.choice(FACES)) for ci in range(5)]
+        ev({"event": "roll", "round": rounds,
+            "pencils": [(PENCIL_COLOURS[c], f) for c, f in pencils]})
         while pencils and not over:
             player = turn
             turn = (turn + 1) % n_players
             picks[player] += 1
             if player != me:
-                pencils.pop(rng.randrange(len(pencils)))
+                ci, face = pencils.pop(rng.randrange(len(pencils)))
+                ev({"event": "pick", "player": player, "pencil": PENCIL_COLOURS[ci],
+                    "face": face})
                 if picks[player] >= finish[player]:
                     over = True
+                    ev({"event": "end", "by": player})
                 continue
             choices, values = [], []
             for k, (ci, face) in enumerate(pencils):
@@ -165,17 +179,24 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None):
                     choices.append((k, cell))
                     values.append(sheet.gain(cell, ci, rng) + rng.gauss(0, 0.3))
             k, cell = _softmax_pick(rng, choices, values, temp)
-            ci, _ = pencils.pop(k)
-            over = _colour_with_extras(sheet, cell, ci, rng, temp)
+            ci, face = pencils.pop(k)
+            ev({"event": "pick", "player": "us", "pencil": PENCIL_COLOURS[ci], "face": face})
+            over = _colour_with_extras(sheet, cell, ci, rng, temp, ev)
+            if over:
+                ev({"event": "end", "by": "us"})
     return _finish_sheet(template, sheet, rng)
 
 
 def _colour_with_extras(sheet: _Sheet, cell: int, ci: int, rng: random.Random,
-                        temp: float) -> bool:
+                        temp: float, ev) -> bool:
     """Colour a cell and every extra its outline demands; True when the sheet is full."""
     lay = sheet.lay
+    extra = False
     while True:
         sheet.colour(cell, ci)
+        ev({"event": "colour", "cell": lay.cell_ids[cell], "colour": PENCIL_COLOURS[ci],
+            "extra": extra})
+        extra = True
         if sheet.empty == 0:
             return True  # "The game ends immediately" even if an extra was owed
         outline = lay.outlines[cell]

@@ -356,3 +356,89 @@ def test_examples_load_and_match_their_expectation(path):
     assert f"rules total {a.rules.total}" in expect
     for f in a.findings:
         assert f.rule in expect
+
+
+def _replay(template, log, state):
+    """Check a simulated game's log move by move against the rulebook, independently."""
+    lay = crypts.layout_of(template)
+    meaning = {r.id: r.meaning for r in template.regions if r.id.startswith("cell.")}
+    rows: dict[int, list[str]] = {}
+    for cid in lay.cell_ids:
+        rows.setdefault(meaning[cid]["row"], []).append(cid)
+    for r in rows:
+        rows[r].sort(key=lambda c: meaning[c]["col"])
+    row_of_symbol = {meaning[c[0]]["symbol"]: r for r, c in rows.items()}
+    filled: dict[str, str] = {}
+
+    def next_free(r):
+        return next((c for c in rows[r] if c not in filled), None)
+
+    owed, seats, pencils, ended = None, [], [], False
+    events = iter(log)
+    for e in events:
+        assert not ended, "events after the end of the game"
+        if e["event"] == "roll":
+            assert not pencils and owed is None
+            pencils = list(e["pencils"])
+            assert sorted(c for c, _ in pencils) == sorted(crypts.PENCIL_COLOURS)
+        elif e["event"] == "pick":
+            assert owed is None, "a pick before an owed extra symbol"
+            pencils.remove((e["pencil"], e["face"]))  # only a pencil on the table
+            seats.append(e["player"])
+            current = e if e["player"] == "us" else None
+        elif e["event"] == "colour":
+            cid, colour = e["cell"], e["colour"]
+            r = meaning[cid]["row"]
+            assert next_free(r) == cid, f"{cid} skips a symbol (left to right)"
+            if e["extra"]:
+                assert owed == colour, f"extra {cid} not owed in {colour}"
+            else:
+                assert owed is None and current is not None and current["pencil"] == colour
+                face = current["face"]
+                own = row_of_symbol.get(face)
+                if face != "joker" and own is not None and next_free(own) is not None:
+                    allowed = {next_free(own)}
+                    if "pencil" in row_of_symbol and next_free(row_of_symbol["pencil"]):
+                        allowed.add(next_free(row_of_symbol["pencil"]))
+                    assert cid in allowed, f"{face} pencil coloured {cid}"
+            filled[cid] = colour
+            outline = meaning[cid]["outline"]
+            owed = colour if outline in ("black", colour) else None
+        elif e["event"] == "end":
+            full = len(filled) == len(lay.cell_ids)
+            assert (e["by"] == "us") == full
+            ended = True
+    assert ended
+    # a full sheet may end with an extra still owed ("the game ends immediately")
+    assert owed is None or len(filled) == len(lay.cell_ids)
+    # picks go round the table in turn
+    n = len(set(seats))
+    assert 2 <= n <= 4 and all(seats[i] == seats[i + n] for i in range(len(seats) - n))
+    got = {cid: m.value for cid, m in zip(lay.cell_ids, state.cells) if m != Mark.EMPTY}
+    assert got == filled
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_simulated_games_replay_legally_move_by_move(level):
+    for seed in range(60):
+        log: list = []
+        st = simulate_game(T(level), seed, log=log)
+        _replay(T(level), log, st)
+
+
+def test_replay_catches_a_skipped_extra_and_a_skipped_symbol():
+    log: list = []
+    st = simulate_game(T(3), 3, log=log)
+    k = next(i for i, e in enumerate(log) if e["event"] == "colour" and e["extra"])
+    with pytest.raises(AssertionError, match="a pick before an owed extra|skips a symbol"):
+        _replay(T(3), log[:k] + log[k + 1:], st)
+    k = next(i for i, e in enumerate(log) if e["event"] == "colour" and not e["extra"])
+    with pytest.raises(AssertionError, match="skips a symbol"):
+        _replay(T(3), log[:k] + log[k + 1:], st)
+
+
+def test_bench_measures_throughput():
+    from sheetcheck.bench.scoring_crypts import measure
+    r = measure(9)
+    assert r["states"] == 9 and r["audit_per_s"] > 0 and r["simulate_per_s"] > 0
+    assert r["mean_total"] > 0
