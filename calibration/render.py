@@ -448,7 +448,9 @@ def _draw_region(pen: _Pen, r: Region) -> None:
             # the rim is coloured when a propeller is collected: a ring round the core
             pen.shape(shape, outline=outline or INK_LINE, width=0.35)
         elif role == "track_core":
-            pen.glyph(pr.get("glyph", "propeller"), cx, cy, side * 0.9, colour=INK_LINE, width=THIN_MM)
+            # the propeller a player fills when using it: its outline shows the place to colour
+            pen.shape(shape, outline=outline or INK_LINE, width=THIN_MM)
+            pen.glyph(pr.get("glyph", "propeller"), cx, cy, side * 0.8, colour=INK_LINE, width=THIN_MM)
         else:
             pen.glyph(pr.get("glyph", "propeller"), cx, cy, side * 0.85, colour=outline or INK_LINE,
                       width=THIN_MM)
