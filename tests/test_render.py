@@ -181,8 +181,10 @@ def test_markers_in_printed_png_are_detected_where_the_template_says(tpl, tmp_pa
     found = _detect(img)
     assert sorted(found) == [40, 41, 42, 43]
     s = dpi / 25.4
-    for m in tpl.markers:
-        np.testing.assert_allclose(found[m.id], m.corners_mm() * s, atol=1.0)
+    err = np.array([found[m.id] - m.corners_mm() * s for m in tpl.markers]).reshape(-1, 2)
+    assert np.abs(err).max() < 0.5, err
+    # no systematic offset: a half-pixel slip in the pixel-centre convention would show here
+    assert np.abs(err.mean(0)).max() < 0.2, err.mean(0)
     doc = json.loads(regions_json_path(png).read_text())
     for md in doc["markers"]:
         np.testing.assert_allclose(found[md["id"]], md["corners"], atol=1.0)
@@ -210,7 +212,7 @@ def test_bundled_templates_render_with_their_markers(tid):
     found = _detect(sheet.image, t.aruco_dictionary)
     assert sorted(found) == sorted(t.marker_ids)
     for m in t.markers:
-        np.testing.assert_allclose(found[m.id], sheet.mm_to_px(m.corners_mm()), atol=1.0)
+        np.testing.assert_allclose(found[m.id], sheet.mm_to_px(m.corners_mm()), atol=0.5)
     # a page the reader can find: a white border all round
     assert (sheet.image[:3] == 255).all() and (sheet.image[:, -3:] == 255).all()
 
