@@ -61,6 +61,16 @@ RULE_TEXT: dict[str, str] = {
 }
 
 
+_BONUS_TEXT = {
+    "all_rows": "\"you can collect the bonus points shown in the stars (5 points each) when: you "
+                "have colored in at least one point box in every row.\"",
+    "all_columns": "\"you can collect the bonus points shown in the stars (5 points each) when: "
+                   "... you have colored in at least one point box in every column.\"",
+    "three_grids": "\"Bonus: If you manage to form 3 or more of these grids, you additionally "
+                   "receive 10 bonus points.\"",
+}
+
+
 class Mark(str, Enum):
     """What one region of a Crypts sheet shows."""
 
@@ -587,7 +597,7 @@ def _colour_name(ci: int) -> str:
 def _line_title(lay: Layout, ln: LineSpec) -> str:
     if ln.kind == "row":
         sym = lay.symbols[ln.cells[0]]
-        return f"row {ln.index} ({sym}s)"
+        return f"row {ln.index} ({sym}es)" if sym.endswith("s") else f"row {ln.index} ({sym}s)"
     return f"column {ln.index}"
 
 
@@ -666,8 +676,9 @@ def claimed(state: State) -> Breakdown:
 # --------------------------------------------------------------------------------------------
 
 def _finding(rule: str, message: str, regions: Iterable[str] = (), effect: int = 0,
-             severity: Severity = Severity.VIOLATION) -> Finding:
-    return Finding(rule, message, RULE_TEXT[rule], tuple(regions), effect, severity)
+             severity: Severity = Severity.VIOLATION, *, text: str | None = None) -> Finding:
+    return Finding(rule, message, text or RULE_TEXT[rule], tuple(dict.fromkeys(regions)), effect,
+                   severity)
 
 
 def outline_deficits(state: State) -> tuple[dict[int, int], list[int]]:
@@ -759,16 +770,16 @@ def audit(state: State) -> Audit:
         coloured_ids = [b for b in ln.box_ids() if _coloured(box_mark[b])]
         title = _line_title(lay, ln)
         if not s.allows(counts):  # type: ignore[arg-type]
-            over = [f"{c} {k} box(es) but at most {max(v[j] for v in s.frontier)} "
-                    f"{k.replace('_', ' ')} group(s) fit"
+            over = [f"{c} {k.replace('_', ' ')} box(es) but the symbols form at most "
+                    f"{max(v[j] for v in s.frontier)}"
                     for j, (k, c) in enumerate(zip(GROUP_KINDS, counts))
                     if c > max(v[j] for v in s.frontier)]
             why = "; ".join(over) if over else (
-                f"{_describe(counts)} cannot be formed together without a symbol in two groups")
+                "these groups cannot all be formed without a symbol in two groups")
             findings.append(_finding(
                 "crypts.points_unearned",
-                f"{title}: coloured {_describe(counts)}: {why} (the rules allow {r_pts} points "
-                f"here: {_describe(s.counts)})", coloured_ids + [lay.cell_ids[i] for i in ln.cells],
+                f"{title}: boxes coloured for {_describe(counts)}: {why} (the rules allow "
+                f"{r_pts} points here: {_describe(s.counts)})", coloured_ids + [lay.cell_ids[i] for i in ln.cells],
                 c_pts - r_pts, Severity.CLAIM))
         elif c_pts < r_pts:
             missed = [b for b in rule_lines[key].regions if b in ln.box_ids()
@@ -817,11 +828,13 @@ def audit(state: State) -> Audit:
                 ev = [sid] + [lay.cell_ids[i] for ln in empty for i in ln.cells]
             findings.append(_finding("crypts.bonus_unearned",
                                      f"bonus star {sid} ({what}) coloured but {why}", ev, pts,
-                                     Severity.CLAIM))
+                                     Severity.CLAIM, text=_BONUS_TEXT[kind]))
         elif earned and not on:
             findings.append(_finding("crypts.bonus_not_coloured",
                                      f"bonus star {sid} ({what}) is earned but not coloured",
-                                     [sid], -pts, Severity.CLAIM))
+                                     [sid], -pts, Severity.CLAIM,
+                                     text=RULE_TEXT["crypts.bonus_not_coloured"] + "; "
+                                     + _BONUS_TEXT[kind]))
 
     if lay.total_id and state.total != Mark.WRITTEN:
         findings.append(_finding("crypts.total_missing",
@@ -831,8 +844,12 @@ def audit(state: State) -> Audit:
     return Audit(GAME, state.level, rules, claim, tuple(findings))
 
 
+_GROUP_WORDS = {"pair": ("pair", "pairs"), "triple": ("triple", "triples"),
+                "all_colours": ("all-five-colours group", "all-five-colours groups")}
+
+
 def _describe(counts: Iterable[int]) -> str:
-    parts = [f"{c} {k.replace('_', ' ')}" for k, c in zip(GROUP_KINDS, counts) if c]
+    parts = [f"{c} {_GROUP_WORDS[k][c != 1]}" for k, c in zip(GROUP_KINDS, counts) if c]
     return " + ".join(parts) if parts else "no group"
 
 
