@@ -115,13 +115,26 @@ class SheetModel:
         Flat pixel indices of every region's usable pixels, concatenated.
     label : (P,) int ndarray
         Region index of each pixel in ``pix``.
-    band, off : (P,) bool ndarray
-        Pixel lies on a diagonal band / away from both diagonals (X structure test).
+    band : (P,) int8 ndarray
+        1 or 2 when the pixel lies on the first (top-left to bottom-right) or second diagonal
+        band, 0 elsewhere (X structure test).
+    off : (P,) bool ndarray
+        Pixel lies away from both diagonals.
     area : (R,) int ndarray
         Usable pixel count per region.
     divisor : (P, 3) float32 ndarray
         What the print contributes at each pixel in ``pix`` (1 on paper): the photo is divided
         by it so that print reads as paper and pencil keeps its colour.
+    weight : (P,) float32 ndarray
+        Centre weighting for area coverage (1 at the centre, ~0 at the outline): a fill,
+        even a careless one, covers the middle of a region, while a stroke overshooting from a
+        neighbour or a connection ending in a space only grazes its rim.
+    line_bin : (P,) int ndarray
+        For line regions (connections), the pixel's global bin along the segment (bins of
+        about 0.5 mm); -1 elsewhere.
+    line_bins : (R,) int ndarray
+        Number of bins per region (0 for area regions).
+    is_line : (R,) bool ndarray
     """
 
     template: Template
@@ -136,6 +149,10 @@ class SheetModel:
     off: np.ndarray
     area: np.ndarray
     divisor: np.ndarray
+    weight: np.ndarray
+    line_bin: np.ndarray
+    line_bins: np.ndarray
+    is_line: np.ndarray
 
 
 def _disk(r: int) -> np.ndarray:
@@ -168,7 +185,8 @@ def _fill(mask: np.ndarray, poly_px: np.ndarray) -> None:
 
 def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       margin_mm: float = 0.7, print_guard_mm: float = 0.45,
-                      segment_band: float = 0.55, segment_trim: float = 0.12) -> SheetModel:
+                      segment_band: float = 1.0, segment_trim: float = 0.03,
+                      line_bin_mm: float = 0.5) -> SheetModel:
     """Precompute the sampling geometry of a template from its clean render.
 
     Parameters
@@ -182,9 +200,11 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     print_guard_mm : float
         Dilation of printed lines and dark print before excluding them.
     segment_band, segment_trim : float
-        Connections (segments) are sampled along a central band of ``segment_band`` times
-        their width, trimmed by ``segment_trim`` of their length at each end (the ends touch
-        the spaces they join).
+        Connections (segments) are sampled over ``segment_band`` times their width (a player
+        draws anywhere across it, not only on the guide), trimmed by ``segment_trim`` of their
+        length at each end (the ends touch the spaces they join).
+    line_bin_mm : float
+        Bin length along a connection for the length-coverage feature.
 
     Returns
     -------
@@ -231,6 +251,8 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
 
     margin = max(1, int(round(margin_mm * k)))
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
+    w_l, bin_l, nbins, is_line = [], [], [], []
+    next_bin = 0
     for r in template.readable_regions():
         x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
         c0, r0 = max(0, int(math.floor(x0)) - 2), max(0, int(math.floor(y0)) - 2)
@@ -238,41 +260,63 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         if c1 <= c0 or r1 <= r0:
             continue
         local = np.zeros((r1 - r0, c1 - c0), np.uint8)
-        if r.shape.type == "segment":
-            poly = _region_polygon_px(r, k, band=segment_band, trim=segment_trim)
-            _fill(local, poly - [c0, r0])
+        line = r.shape.type == "segment"
+        if line:
+            _fill(local, _region_polygon_px(r, k, band=segment_band, trim=segment_trim) - [c0, r0])
         else:
             _fill(local, _region_polygon_px(r, k) - [c0, r0])
             local = cv2.erode(local, _disk(margin))
         m = (local > 0) & ~structure[r0:r1, c0:c1]
-        if r.shape.type == "segment" and m.sum() < 6:
-            # A very thin connection: fall back to the full band, still without print.
-            local[:] = 0
-            _fill(local, _region_polygon_px(r, k) - [c0, r0])
-            m = (local > 0) & ~structure[r0:r1, c0:c1]
         rr, cc = np.nonzero(m)
         rr = rr + r0
         cc = cc + c0
-        # Region-local frame for the X test: bbox mapped to [-1, 1]^2.
-        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-        hx, hy = max((x1 - x0) / 2, 1e-6), max((y1 - y0) / 2, 1e-6)
-        u = (cc + 0.5 - cx) / hx
-        v = (rr + 0.5 - cy) / hy
-        d1 = np.abs(u - v) / math.sqrt(2)
-        d2 = np.abs(u + v) / math.sqrt(2)
-        dd = np.minimum(d1, d2)
+        xs, ys = cc + 0.5, rr + 0.5
+        if line:
+            a = np.asarray(r.shape.params["p1"], float) * k
+            b = np.asarray(r.shape.params["p2"], float) * k
+            d = b - a
+            ln = max(float(np.hypot(*d)), 1e-9)
+            t = ((xs - a[0]) * d[0] + (ys - a[1]) * d[1]) / ln ** 2
+            nb = max(2, int(round(ln / (line_bin_mm * k))))
+            bi = np.clip((t * nb).astype(np.int64), 0, nb - 1) + next_bin
+            next_bin += nb
+            nbins.append(nb)
+            u = v = np.zeros(rr.size)
+            wgt = np.ones(rr.size, np.float32)
+        else:
+            # Region-local frame: bbox mapped to [-1, 1]^2 (the X test and centre weights).
+            cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+            hx, hy = max((x1 - x0) / 2, 1e-6), max((y1 - y0) / 2, 1e-6)
+            u = (xs - cx) / hx
+            v = (ys - cy) / hy
+            wgt = np.clip(1.0 - 0.85 * (u * u + v * v), 0.05, 1.0).astype(np.float32)
+            bi = np.full(rr.size, -1, np.int64)
+            nbins.append(0)
+        dd = np.minimum(np.abs(u - v), np.abs(u + v)) / math.sqrt(2)
+        # The X test compares the diagonal arms with the sectors between them at the same
+        # distance from the centre (an annulus): a fill, even a partial one, covers arms and
+        # sectors alike, a cross only the arms. The centre itself belongs to both strokes of a
+        # cross and to every fill, so it says nothing.
+        r2 = u * u + v * v
+        inner = (r2 < 1.2) & (r2 > 0.06)
         ids.append(r.id)
         pix_l.append(rr * W + cc)
         lab_l.append(np.full(rr.size, len(ids) - 1, np.int32))
-        band_l.append(dd < 0.16)
-        off_l.append(dd > 0.32)
+        d1 = np.abs(u - v) / math.sqrt(2)
+        band_l.append(np.where(inner & (dd < 0.16) & (not line), np.where(d1 <= dd, 1, 2), 0))
+        off_l.append(inner & (dd > 0.32) & (not line))
+        w_l.append(wgt)
+        bin_l.append(bi)
+        is_line.append(line)
         area.append(rr.size)
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     pix = cat(pix_l, np.int64)
     divisor = np.maximum(divisor_img.reshape(-1, 3)[pix], 0.15).astype(np.float32)
     return SheetModel(template, float(dpi), (H, W), expected, paper,
                       tuple(ids), pix, cat(lab_l, np.int32),
-                      cat(band_l, bool), cat(off_l, bool), np.asarray(area, np.int64), divisor)
+                      cat(band_l, np.int8), cat(off_l, bool), np.asarray(area, np.int64), divisor,
+                      cat(w_l, np.float32), cat(bin_l, np.int64), np.asarray(nbins, np.int64),
+                      np.asarray(is_line, bool))
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,26 +333,31 @@ class _Features:
     coloured: np.ndarray
     dark: np.ndarray
     cover: np.ndarray
+    line_cover: np.ndarray
     hue: np.ndarray
     purity: np.ndarray
     chroma: np.ndarray
     x_score: np.ndarray
     band_cov: np.ndarray
     off_cov: np.ndarray
+    x_ok: np.ndarray
+    diag_min: np.ndarray
+    diag_max: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
     """Coloured/dark thresholds from this photo's own paper noise."""
     if lab_paper.shape[0] < 50:
-        return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 80.0, "paper_l": 100.0}
+        return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 88.0, "paper_l": 100.0}
     C = np.hypot(lab_paper[:, 1], lab_paper[:, 2])
     L = lab_paper[:, 0]
     c995 = float(np.quantile(C, 0.995))
     l_med = float(np.median(L))
     l005 = float(np.quantile(L, 0.005))
     chroma = max(palette.min_chroma, 1.15 * c995 + 2.0)
-    drop = max(14.0, 1.5 * (l_med - l005) + 5.0)
-    return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_c995": c995}
+    drop = max(9.0, 1.3 * (l_med - l005) + 3.0)
+    return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_c995": c995,
+            "paper_l005": l005}
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
@@ -318,18 +367,37 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     C = np.hypot(a, b)
     col = (C > th["chroma"]) & ok
     dark = (L < th["dark_l"]) & ~col & ok
-    okf = ok.astype(np.float64)
-    n = np.bincount(lbl, okf, R)
-    nz = np.maximum(n, 1)
-    ncol = np.bincount(lbl, col, R)
-    ndark = np.bincount(lbl, dark, R)
-    inkm = col | dark
-    cover = (ncol + ndark) / nz
+    # A pencil stroke is a connected trail of texels; noise is isolated pixels. Keep texels
+    # with at least two marked neighbours (3x3) so that coverage counts strokes, not noise.
+    H, W = model.shape
+    img = np.zeros(H * W, np.uint8)
+    img[model.pix[col | dark]] = 1
+    nsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[model.pix]
+    keep = nsum >= 3
+    col &= keep
+    dark &= keep
+    ink = col | dark
+    w = model.weight * ok
+    wsum = np.maximum(np.bincount(lbl, w, R), 1e-9)
+    n = np.bincount(lbl, ok, R)
+    cover = np.bincount(lbl, w * ink, R) / wsum
+    fcol = np.bincount(lbl, w * col, R) / wsum
+    fdark = np.bincount(lbl, w * dark, R) / wsum
+    # connections: share of the segment's length that carries a stroke
+    line_cover = np.zeros(R)
+    nb_total = int(model.line_bins.sum())
+    if nb_total:
+        lb = model.line_bin
+        sel = lb >= 0
+        hits = np.bincount(lb[sel], ink[sel], nb_total) > 0
+        seen = np.bincount(lb[sel], ok[sel], nb_total) > 0
+        bin_region = np.repeat(np.arange(R), model.line_bins)
+        line_cover = np.bincount(bin_region, hits & seen, R) / np.maximum(np.bincount(bin_region, seen, R), 1)
     # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
     h = np.degrees(np.arctan2(b, a)) % 360.0
-    w = np.where(col, C, 0.0)
+    wc = np.where(col, C, 0.0)
     bins = (h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
-    hist = np.bincount(lbl * _HUE_BINS + bins, w, R * _HUE_BINS).reshape(R, _HUE_BINS)
+    hist = np.bincount(lbl * _HUE_BINS + bins, wc, R * _HUE_BINS).reshape(R, _HUE_BINS)
     sm = hist + np.roll(hist, 1, axis=1) + np.roll(hist, -1, axis=1)
     peak = (np.argmax(sm, axis=1) + 0.5) * (360.0 / _HUE_BINS)
     dh = np.abs(hue_diff(h, peak[lbl]))
@@ -339,21 +407,27 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     sx = np.bincount(lbl, ww * np.cos(rad), R)
     sy = np.bincount(lbl, ww * np.sin(rad), R)
     hue = np.degrees(np.arctan2(sy, sx)) % 360.0
-    wsum = np.bincount(lbl, w, R)
-    purity = np.bincount(lbl, ww, R) / np.maximum(wsum, 1e-9)
+    purity = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, wc, R), 1e-9)
     chroma = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, win, R), 1)
-    nb = np.bincount(lbl, model.band & ok, R)
+    b1, b2 = model.band == 1, model.band == 2
+    nb1, nb2 = np.bincount(lbl, b1 & ok, R), np.bincount(lbl, b2 & ok, R)
+    nb = nb1 + nb2
     no = np.bincount(lbl, model.off & ok, R)
-    bc = np.bincount(lbl, model.band & inkm, R) / np.maximum(nb, 1)
-    oc = np.bincount(lbl, model.off & inkm, R) / np.maximum(no, 1)
-    x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 1e-6), 0.0)
-    return _Features(n, ncol / nz, ndark / nz, cover, hue, purity, chroma, x_score, bc, oc)
+    bc1 = np.bincount(lbl, b1 & ink, R) / np.maximum(nb1, 1)
+    bc2 = np.bincount(lbl, b2 & ink, R) / np.maximum(nb2, 1)
+    bc = np.bincount(lbl, (b1 | b2) & ink, R) / np.maximum(nb, 1)
+    oc = np.bincount(lbl, model.off & ink, R) / np.maximum(no, 1)
+    x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
+    x_score = np.clip(x_score, -1.0, 1.0)
+    return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
+                     (nb1 >= 4) & (nb2 >= 4) & (no >= 8), np.minimum(bc1, bc2), np.maximum(bc1, bc2))
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
                    valid: np.ndarray | None = None, review_threshold: float = REVIEW_THRESHOLD,
                    empty_cover: float = 0.06, cover_scale: float = 0.012,
-                   written_cover: float = 0.025,
+                   written_cover: float = 0.025, line_cover: float = 0.3,
+                   line_scale: float = 0.05,
                    x_threshold: float = 0.45, x_scale: float = 0.07,
                    min_pixels: int = 10) -> SheetMarks:
     """Classify every readable region of a light-normalised, rectified sheet.
@@ -376,6 +450,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         transition (the logistic scale): coverage 5 scales from the threshold is ~99 % sure.
     written_cover : float
         Coverage threshold for regions that take only ``written`` (handwriting is sparse).
+    line_cover, line_scale : float
+        The same for connections, on the share of their length that carries a stroke.
     x_threshold, x_scale : float
         The same for the X structure score (crossed against filled).
     min_pixels : int
@@ -426,21 +502,30 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         readings[r.id] = _decide(r, i, f, pal, review_threshold=review_threshold,
                                  empty_cover=empty_cover, cover_scale=cover_scale,
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
-                                 written_cover=written_cover)
+                                 written_cover=written_cover, is_line=bool(model.is_line[i]),
+                                 line_cover=line_cover, line_scale=line_scale)
     return SheetMarks(readings, pal, th)
 
 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
             empty_cover: float, cover_scale: float, x_threshold: float, x_scale: float,
-            min_pixels: int, written_cover: float) -> RegionReading:
+            min_pixels: int, written_cover: float, is_line: bool, line_cover: float,
+            line_scale: float) -> RegionReading:
     allowed = list(r.marks)
     colours = [m for m in allowed if m in pal.names]
     can_cross = "crossed" in allowed
     cover = float(f.cover[i])
-    # Evidence that something is there: the area covered, or for a cross (thin strokes over a
-    # small share of the area) the coverage of the diagonal bands.
-    evidence = max(cover, 0.5 * float(f.band_cov[i])) if can_cross else cover
-    if "written" in allowed and not colours:
+    # Evidence that something is there: the (centre-weighted) area covered; for a cross (thin
+    # strokes over a small share of the area) the coverage of the diagonal bands; for a
+    # connection the share of its length that carries a stroke.
+    if is_line:
+        evidence = float(f.line_cover[i])
+    else:
+        x_ev = float(f.diag_max[i] - f.off_cov[i]) * 0.7
+        evidence = max(cover, x_ev) if can_cross else cover
+    if is_line:
+        p_marked = float(_sigmoid((evidence - line_cover) / line_scale))
+    elif "written" in allowed and not colours:
         # handwriting covers little of a number box; texels are still far above paper noise
         p_marked = float(_sigmoid((evidence - written_cover) / (cover_scale * 0.5)))
     else:
@@ -453,8 +538,22 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         probs["written"] = p_marked
     else:
         if can_cross:
-            # grey texels dominate -> graphite: crossed whatever its shape
-            p_x = float(_sigmoid((f.x_score[i] - x_threshold) / x_scale))
+            # Grey texels dominate -> graphite: crossed, whatever its shape. Coloured: a cross
+            # covers the diagonal arms and leaves the sectors between them bare; a fill (even
+            # a light or partial one) covers the sectors too. Neither -> undecided (review).
+            off = float(f.off_cov[i])
+            dmin, dmax = float(f.diag_min[i]), float(f.diag_max[i])
+            # X: both diagonals inked, sectors bare. Slash: one diagonal, thin (a fill along a
+            # diagonal covers a broad swath, a slash a stroke). Fill: sectors or area covered.
+            lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03))
+            ls = float(_sigmoid((dmax - off - 0.2) / 0.05) * _sigmoid((0.12 - off) / 0.03)
+                       * _sigmoid((0.12 - cover) / 0.02))
+            lx = max(lx, ls)
+            lf = max(float(_sigmoid((off - 0.35) / 0.05)), float(_sigmoid((cover - 0.45) / 0.04)))
+            # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
+            # 0.5 and the reading goes to review instead of a coin toss.
+            u = 0.05
+            p_x = (lx + 0.5 * u) / (lx + lf + u) if f.x_ok[i] else 0.5
             p_cross = p_grey + (1 - p_grey) * p_x
         else:
             p_cross = 0.0
@@ -500,9 +599,12 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     if review and not reason:
         reason = f"low confidence ({alts[0][0]} {alts[0][1]:.2f}"
         reason += f" vs {alts[1][0]} {alts[1][1]:.2f})" if len(alts) > 1 else ")"
-    feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]), "coloured": float(f.coloured[i]),
+    feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]),
+             **({"length_coverage": float(f.line_cover[i])} if is_line else {}),
+             "coloured": float(f.coloured[i]),
              "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
-             "purity": float(f.purity[i]), "x_score": float(f.x_score[i])}
+             "purity": float(f.purity[i]),
+             **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
 
 

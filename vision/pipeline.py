@@ -1,0 +1,236 @@
+"""The reader end to end: photo -> decode -> locate -> rectify -> light -> marks.
+
+:func:`read_photo` is the one function the command line, the batch runner and the server call.
+Each stage is a pure function in its own module; this module only chains them, times them and
+caches what depends on the template alone (the clean render and the sampling geometry).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from calibration.template import Template
+from sheetcheck.errors import InputFileError
+from vision.colour import Palette, load_palette
+from vision.light import NormalisedLight, normalise_light
+from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
+
+#: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
+#: outside tool could notice.
+READ_FORMAT = "sheetcheck.read/1"
+
+#: Resolution of the rectified sheet the marks are read at. 100 dpi puts ~4 px on a millimetre:
+#: a pencil stroke spans several pixels and a 4 mm connection band ~9 px, while an A4 sheet stays
+#: ~1 MP (fast).
+READ_DPI = 100.0
+
+STAGES = ("decode", "locate", "rectify", "light", "classify")
+
+
+@dataclass(frozen=True)
+class SheetReading:
+    """Everything the reader found in one photo.
+
+    Attributes
+    ----------
+    photo : str or None
+        Path (or a caller's label) of the photo.
+    template : Template
+    location : SheetLocation
+        From ``vision.locate``.
+    readings : mapping of region id -> RegionReading
+        Every readable region, in template order.
+    palette : Palette
+        The pencil palette as calibrated on this photo.
+    timings_ms : mapping
+        Per stage (decode, locate, rectify, light, classify) and ``total``.
+    details : mapping
+        Photo size and format, light and refinement figures, thresholds.
+    rectified, normalised : ndarray or None
+        The stage pictures (kept only when ``keep_images=True``; for debug output).
+    """
+
+    photo: str | None
+    template: Template
+    location: Any
+    readings: Mapping[str, RegionReading]
+    palette: Palette
+    timings_ms: Mapping[str, float]
+    details: Mapping[str, Any] = field(default_factory=dict)
+    rectified: np.ndarray | None = None
+    normalised: np.ndarray | None = None
+
+    @property
+    def flagged(self) -> list[str]:
+        """Ids of regions a person should look at."""
+        return [rid for rid, r in self.readings.items() if r.review]
+
+    def marks(self) -> dict[str, str]:
+        """``{region_id: mark}`` (what the rules engines take)."""
+        return {rid: r.mark for rid, r in self.readings.items()}
+
+    def to_json(self) -> dict:
+        """The public ``sheetcheck.read/1`` document (docs/READ_JSON.md)."""
+        loc = self.location
+        return {
+            "format": READ_FORMAT,
+            "photo": self.photo,
+            "template": self.template.id,
+            "template_version": self.template.version,
+            "game": self.template.game,
+            "location": {"method": loc.method, "markers_found": [int(m) for m in loc.markers_found],
+                         "quality": round(float(loc.quality), 4)},
+            "regions": {rid: r.to_json() for rid, r in self.readings.items()},
+            "review_count": len(self.flagged),
+            "palette": self.palette.to_json(),
+            "details": _jsonable(self.details),
+            "timings_ms": {k: round(float(v), 2) for k, v in self.timings_ms.items()},
+        }
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return round(float(x), 4)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist()) if x.size <= 32 else f"<array {x.shape}>"
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    return str(x)
+
+
+_model_lock = threading.Lock()
+_models: dict[tuple, SheetModel] = {}
+
+
+def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
+    """The sampling geometry of ``template`` at ``dpi`` (built once per template version and
+    dpi, then shared: the render and the region masks depend on nothing else)."""
+    from calibration.render import render_sheet
+
+    key = (template.id, template.version, template.source, float(dpi))
+    with _model_lock:  # one build per key even when the server reads from several threads
+        m = _models.get(key)
+        if m is None:
+            if len(_models) >= 32:
+                _models.pop(next(iter(_models)))
+            m = build_sheet_model(template, render_sheet(template, dpi=dpi, markers=True).image,
+                                  dpi=dpi)
+            _models[key] = m
+        return m
+
+
+def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
+               palette: Palette | None = None, review_threshold: float = REVIEW_THRESHOLD,
+               refine: bool = True, keep_images: bool = False, label: str | None = None,
+               max_long_side: int | None = 2000) -> SheetReading:
+    """Read one photo of a filled sheet.
+
+    Parameters
+    ----------
+    photo : bytes, str or os.PathLike
+        The encoded photo, or a path to it.
+    template_id : str, optional
+        Skip identification and use this template.
+    dpi : float
+        Resolution at which the sheet is rectified and read.
+    palette : Palette, optional
+        Prior pencil palette (default ``calibration/palettes/default.json``).
+    review_threshold : float
+        Confidence below which a reading is flagged for review.
+    refine : bool
+        Let rectification correct local misregistration (curl, folds, lens).
+    keep_images : bool
+        Keep the rectified and normalised pictures on the result (for debug output).
+    label : str, optional
+        What to call the photo in the result (default: the path).
+    max_long_side : int or None
+        Decode size limit handed to ``vision.decode``.
+
+    Returns
+    -------
+    SheetReading
+
+    Raises
+    ------
+    SheetcheckError
+        InputFileError, NotAnImageError, CorruptImageError, ImageTooLargeError (decode);
+        NoSheetFoundError, SheetCutOffError, UnknownTemplateError, BlurryPhotoError (locate).
+    """
+    from vision.decode import decode_photo, load_photo
+    from vision.locate import locate_sheet
+    from vision.rectify import rectify_sheet
+
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    if isinstance(photo, (bytes, bytearray, memoryview)):
+        decoded = decode_photo(bytes(photo), max_long_side=max_long_side)
+    elif isinstance(photo, (str, os.PathLike)):
+        decoded = load_photo(photo, max_long_side=max_long_side)
+        label = label if label is not None else str(photo)
+    else:
+        raise InputFileError(f"cannot read a photo from a {type(photo).__name__}.",
+                             hint="Pass the photo's bytes or a path to it.")
+    t1 = time.perf_counter()
+    timings["decode"] = (t1 - t0) * 1000
+    location = locate_sheet(decoded.image, template_id=template_id)
+    t2 = time.perf_counter()
+    timings["locate"] = (t2 - t1) * 1000
+    rect = rectify_sheet(decoded.image, location, dpi=dpi, refine=refine)
+    t3 = time.perf_counter()
+    timings["rectify"] = (t3 - t2) * 1000
+    template = location.template
+    model = sheet_model(template, dpi=dpi)
+    valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
+    light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
+    t4 = time.perf_counter()
+    timings["light"] = (t4 - t3) * 1000
+    sheet = classify_sheet(light.linear, model, palette=palette or load_palette("default"),
+                           valid=valid, review_threshold=review_threshold)
+    t5 = time.perf_counter()
+    timings["classify"] = (t5 - t4) * 1000
+    timings["total"] = (t5 - t0) * 1000
+    details = {
+        "photo_size": list(decoded.original_size),
+        "photo_format": decoded.format,
+        "decode_scale": float(decoded.scale),
+        "dpi": float(dpi),
+        "light": {"paper_coverage": light.paper_coverage,
+                  "white_balance": list(light.white_balance),
+                  "shading_range": light.shading_range},
+        "thresholds": dict(sheet.thresholds),
+        "refinement": _small(rect.refinement),
+        "review_threshold": float(review_threshold),
+    }
+    return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
+                        details, rect.image if keep_images else None,
+                        light.to_srgb() if keep_images else None)
+
+
+def _small(d) -> dict:
+    """Only the scalar figures of a stage's details (no big arrays in the JSON)."""
+    if not isinstance(d, Mapping):
+        return {}
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float, str, bool, np.floating, np.integer)) or v is None:
+            out[str(k)] = v
+        elif isinstance(v, (list, tuple)) and len(v) <= 8 and all(
+                isinstance(e, (int, float, np.floating, np.integer)) for e in v):
+            out[str(k)] = list(v)
+    return out
+
+
+__all__ = ["READ_FORMAT", "READ_DPI", "STAGES", "SheetReading", "read_photo", "sheet_model"]
