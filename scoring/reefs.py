@@ -229,6 +229,9 @@ class State:
         Bonus stars that are not empty.
     written : tuple of str
         Number fields (row points, bonus, total) with something written in them.
+    crossed : tuple of str
+        Regions other than stars that are crossed out (Reefs never asks for that; kept so the
+        reading round-trips, counted as not coloured and reported as a note).
     """
 
     template: Template = field(compare=False, repr=False)
@@ -243,6 +246,7 @@ class State:
     cores: tuple[int, ...] = ()
     stars: tuple[tuple[str, StarMark], ...] = ()
     written: tuple[str, ...] = ()
+    crossed: tuple[str, ...] = ()
 
     @property
     def layout(self) -> Layout:
@@ -302,6 +306,9 @@ def make_state(template: Template, **parts) -> State:
     tboxes = ids("treasure_boxes", lay.tbox_info)
     cboxes = ids("coin_boxes", {b for b, _ in lay.cboxes})
     written = ids("written", set(lay.fields))
+    star_ids = {s.id for s in lay.stars.values()}
+    crossed = ids("crossed", {r.id for r in template.regions
+                              if "crossed" in r.marks and r.id not in star_ids})
 
     def slots(name, n):
         out = set()
@@ -332,7 +339,7 @@ def make_state(template: Template, **parts) -> State:
         raise StateError("invalid Reefs state:\n" + "\n".join(f"  - {p}" for p in problems),
                          hint="See docs/state_reefs.md for what a Reefs state holds.")
     return State(template, template.level, conns, entries, treasures, whirl, tboxes, cboxes,
-                 rims, cores, tuple(sorted(st.items())), written)
+                 rims, cores, tuple(sorted(st.items())), written, crossed)
 
 
 # --- marks ---------------------------------------------------------------------------------
@@ -349,7 +356,8 @@ def state_from_marks(template: Template, marks: Mapping[str, str]) -> State:
     lay = layout_of(template)
     problems: list[str] = []
     p: dict[str, Any] = {k: {} for k in ("connections", "entries", "treasures", "whirlpools", "stars")}
-    p.update({k: [] for k in ("treasure_boxes", "coin_boxes", "rims", "cores", "written")})
+    p.update({k: [] for k in ("treasure_boxes", "coin_boxes", "rims", "cores", "written",
+                              "crossed")})
     rim_slot = {rid: i + 1 for i, rid in enumerate(lay.rims)}
     core_slot = {rid: i + 1 for i, rid in enumerate(lay.cores)}
     star_of = {s.id: s.bonus for s in lay.stars.values()}
@@ -385,6 +393,8 @@ def state_from_marks(template: Template, marks: Mapping[str, str]) -> State:
             p["cores"].append(core_slot[rid])
         elif rid in star_of and (colour or mark == "crossed"):
             p["stars"][star_of[rid]] = StarMark.CROSSED if mark == "crossed" else StarMark.COLOURED
+        elif mark == "crossed" and kind != "number_field":
+            p["crossed"].append(rid)
         elif kind == "number_field" and mark == "written":
             p["written"].append(rid)
         elif kind == "swatch":
@@ -431,6 +441,8 @@ def state_to_marks(state: State) -> dict[str, str]:
         out[sid] = "crossed" if mk is StarMark.CROSSED else _pencil_mark(t.region(sid))
     for fid in state.written:
         out[fid] = "written"
+    for rid in state.crossed:
+        out[rid] = "crossed"
     return out
 
 
@@ -471,6 +483,8 @@ def state_to_json(state: State) -> dict:
         doc["propellers"] = {"rims": list(state.rims), "cores": list(state.cores)}
     doc["stars"] = {b: m.value for b, m in state.stars}
     doc["written"] = list(state.written)
+    if state.crossed:
+        doc["crossed"] = list(state.crossed)
     return doc
 
 
@@ -490,7 +504,8 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
         raise StateError(f"state is for game {doc.get('game')!r}, not {GAME!r}.",
                          hint="Set \"game\": \"pick_a_pen_reefs\" or use the matching engine.")
     known = {"game", "template", "level", "routes", "entries", "treasures", "whirlpools",
-             "treasure_boxes", "coin_boxes", "propellers", "stars", "written", "note"}
+             "treasure_boxes", "coin_boxes", "propellers", "stars", "written", "crossed",
+             "note"}
     extra = sorted(set(doc) - known)
     if extra:
         raise StateError(f"unknown key(s) in Reefs state: {', '.join(extra)}.",
@@ -578,7 +593,7 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
     return make_state(template, connections=conns, entries=entries,
                       treasures=obj("treasures", {}), whirlpools=whirl, treasure_boxes=tboxes,
                       coin_boxes=cboxes, rims=rims, cores=cores, stars=obj("stars", {}),
-                      written=obj("written", []))
+                      written=obj("written", []), crossed=obj("crossed", []))
 
 
 # --------------------------------------------------------------------------------------------
@@ -923,6 +938,9 @@ RULE_TEXT: dict[str, str] = {
                                          'should cross out that bonus point star." (ruling R8)',
     "reefs.played_past_end": '"The game ends immediately when someone fulfils a condition marked '
                              'with a red exclamation mark." (ruling R9)',
+    "reefs.crossed_out": '"When someone receives bonus points, all other players should cross '
+                         'out that bonus point star." (only stars are crossed out in Reefs; '
+                         'ruling R10)',
     "reefs.total_missing": '"Add up all points and write the total score in the large white space '
                            'at the bottom right."',
 }
@@ -1042,6 +1060,9 @@ def audit(state: State) -> Audit:
                               "without any single last move: the sheet was played on after the "
                               "game had ended", tuple(s.id for b, s in lay.stars.items()
                                                       if b in ("end_grey", "end_coins"))))
+    for rid in state.crossed:
+        f.append(_finding("reefs.crossed_out", f"{rid} is crossed out; Reefs only crosses out "
+                          "bonus stars, so it counts as not coloured", (rid,), 0, Severity.NOTE))
     tot = next((fid for fid in lay.fields if fid == "total"), None)
     if tot and tot not in state.written:
         f.append(_finding("reefs.total_missing", "the total is not written", (tot,), 0,

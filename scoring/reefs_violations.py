@@ -54,7 +54,7 @@ def _parts(state: State) -> dict:
                 treasures=dict(state.treasures), whirlpools=dict(state.whirlpools),
                 treasure_boxes=list(state.treasure_boxes), coin_boxes=list(state.coin_boxes),
                 rims=list(state.rims), cores=list(state.cores), stars=dict(state.stars),
-                written=list(state.written))
+                written=list(state.written), crossed=list(state.crossed))
 
 
 def _plain(lay, s) -> bool:
@@ -63,7 +63,7 @@ def _plain(lay, s) -> bool:
             and s not in lay.coin_at and s not in lay.whirlpool_at and s not in lay.propeller_at)
 
 
-def _path(lay, used, src, goal_ok, avoid, rng):
+def _path(lay, used, src, goal_ok, avoid, rng, *, plain=True):
     """Shortest walk of unused connections from ``src`` through plain spaces not in ``avoid``
     to a space for which ``goal_ok`` holds; list of connection ids or None."""
     prev = {src: None}
@@ -82,7 +82,8 @@ def _path(lay, used, src, goal_ok, avoid, rng):
                         path.append(prev[v][0])
                         v = prev[v][1]
                     return path[::-1]
-                if _plain(lay, w) and w not in avoid:
+                ok = _plain(lay, w) if plain else w not in lay.entry_at
+                if ok and w not in avoid:
                     prev[w] = (cid, v)
                     nxt.append(w)
         frontier = nxt
@@ -134,9 +135,11 @@ def inject_violation(state: State, kind: str, rng) -> State:
     if kind == "two_routes":
         for c in rng_routes or list(COLOURS):
             on = a.routes[c].spaces
-            cands = [cid for cid, (x, y, _) in lay.conns.items()
-                     if cid not in used and _plain(lay, x) and _plain(lay, y)
-                     and x not in on and y not in on]
+            free = [cid for cid, (x, y, _) in lay.conns.items()
+                    if cid not in used and x not in on and y not in on
+                    and x not in lay.entry_at and y not in lay.entry_at]
+            # prefer a piece between plain spaces (nothing else changes), else any free one
+            cands = [cid for cid in free if all(_plain(lay, v) for v in lay.conns[cid][:2])] or free
             if cands:
                 p["connections"][cands[int(rng.integers(len(cands)))]] = c
                 if not a.routes[c].edges:
@@ -152,7 +155,9 @@ def inject_violation(state: State, kind: str, rng) -> State:
                 goal = lambda w: w in lay.entry_at and w != own
             else:
                 goal = lambda w: w == own
-            path = _path(lay, used, end, goal, set(r.trail), rng)
+            # through plain spaces if possible (nothing else changes), else past features
+            path = (_path(lay, used, end, goal, set(r.trail), rng)
+                    or _path(lay, used, end, goal, set(r.trail), rng, plain=False))
             if path:
                 for cid in path:
                     p["connections"][cid] = c
@@ -258,21 +263,33 @@ def inject_violation(state: State, kind: str, rng) -> State:
         return make_state(state.template, **p)
     if kind == "propeller_skipped":
         n, total = len(p["rims"]), len(lay.rims)
-        if n >= total:
-            fail("the propeller track is full")
-        free = [k for k in p["rims"] if k not in p["cores"]]
-        if free:
-            p["rims"].remove(free[int(rng.integers(len(free)))])
-            p["rims"].append(n + 1)
-        elif total >= 2 and n == 0:
+        if n == 0:
+            if total < 2:
+                fail("the propeller track has one slot")
             p["rims"].append(2)
+        elif n < total:
+            k = p["rims"][int(rng.integers(n))]   # leave a gap at k, keep the count
+            p["rims"].remove(k)
+            p["rims"].append(n + 1)
+            if k in p["cores"]:                   # its use moves with it: no core without rim
+                p["cores"].remove(k)
+                p["cores"].append(n + 1)
         else:
-            fail("every collected propeller has been used")
+            if n < 2:
+                fail("the propeller track has one slot")
+            k = int(rng.integers(1, n))           # a full track with a gap before the last
+            p["rims"].remove(k)
+            if k in p["cores"]:
+                p["cores"].remove(k)
         return make_state(state.template, **p)
     if kind == "propeller_core_without_rim":
         n = len(p["rims"])
-        if n >= len(lay.rims):
-            fail("the propeller track is full")
-        p["cores"].append(n + 1)
+        if n < len(lay.rims):
+            p["cores"].append(n + 1)
+        elif p["cores"]:
+            p["rims"].remove(p["cores"][int(rng.integers(len(p["cores"])))])
+        else:
+            p["rims"].remove(n)
+            p["cores"].append(n)
         return make_state(state.template, **p)
     raise AssertionError(kind)  # pragma: no cover - every kind is handled above
