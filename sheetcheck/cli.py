@@ -120,7 +120,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="benchmarks: read speed, scoring throughput",
                        description="Measure speed as ratios within one run (shared machines are noisy).")
-    s.add_argument("what", choices=["read", "scoring", "batch"], help="which benchmark")
+    s.add_argument("what", choices=["read", "scoring", "batch", "server"], help="which benchmark")
     s.add_argument("--count", type=int, default=None, help="how many inputs")
     s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     return p

@@ -56,14 +56,27 @@ def score_document(doc: dict) -> dict:
 
 
 def check_bytes(data: bytes, template_id: str | None, corrections: dict[str, str],
-                filename: str | None) -> tuple[dict, bytes | None]:
-    """Check one photo: the report JSON and the overlay PNG bytes."""
+                filename: str | None) -> tuple[dict, bytes]:
+    """Check one photo: the report JSON and the overlay PNG bytes.
+
+    The report JSON gains ``overlay``: the picture's size and where the sheet sits in it
+    (``sheet_box`` = x, y, w, h px), so a page can map region outlines onto the picture.
+    """
     from sheetcheck.check import check_photo
-    from sheetcheck.overlay import overlay_png_bytes
+    from sheetcheck.overlay import DEFAULT_DPI, draw_overlay
 
     report = check_photo(data, template_id=template_id, corrections=corrections,
                          filename=filename)
-    return report.to_json(), overlay_png_bytes(report)
+    dpi = float(report.rectified_dpi or DEFAULT_DPI)
+    picture = draw_overlay(report, dpi=dpi)
+    t = report.template
+    doc = report.to_json()
+    doc["overlay"] = {"size": [picture.width, picture.height], "dpi": dpi,
+                      "sheet_box": [0, 0, int(round(t.width_mm * dpi / 25.4)),
+                                    int(round(t.height_mm * dpi / 25.4))]}
+    buf = io.BytesIO()
+    picture.save(buf, "PNG", compress_level=6)
+    return doc, buf.getvalue()
 
 
 # --------------------------------------------------------------------------------------------
