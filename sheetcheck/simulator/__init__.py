@@ -1,0 +1,198 @@
+"""The photo simulator: the reader run backwards (template -> marks -> painted sheet -> camera).
+
+Public API::
+
+    simulate_photo(template, marks, *, seed, preset="typical", markers=True, overrides=None)
+        -> SimulatedPhoto(image, jpeg, truth)
+    random_marks(template, rng, *, fill=0.5) -> {region_id: mark}
+    paint_sheet(sheet_rgb, template, marks, *, dpi, rng, pencils) -> painted sheet
+    PRESETS: {"easy", "typical", "hard"}
+
+The truth document is described in ``docs/SIMULATOR.md`` (format ``sheetcheck.truth/1``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import cv2
+import numpy as np
+
+from sheetcheck.simulator.camera import PageCamera, photograph
+from sheetcheck.simulator.paint import check_marks, paint_sheet
+from sheetcheck.simulator.presets import (PRESETS, SimulatorError, condition_keys, load_brands,
+                                          pencils_for, sample_conditions)
+from sheetcheck.simulator.sheet import render_blank, render_dpi_for
+
+__all__ = ["SimulatedPhoto", "simulate_photo", "random_marks", "paint_sheet", "PRESETS",
+           "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT"]
+
+TRUTH_FORMAT = "sheetcheck.truth/1"
+
+#: Readable kinds a player colours in (the others are lines, numbers or special).
+_COLOURS = ("orange", "red", "blue", "green", "purple")
+
+
+@dataclass(frozen=True)
+class SimulatedPhoto:
+    """One simulated photo.
+
+    Attributes
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        RGB, the photo as the camera delivers it (before JPEG).
+    jpeg : bytes
+        The JPEG file (what tests and eval read).
+    truth : dict
+        The truth document (``docs/SIMULATOR.md``).
+    """
+
+    image: np.ndarray
+    jpeg: bytes
+    truth: dict
+
+
+def random_marks(template, rng: np.random.Generator, *, fill: float = 0.5) -> dict[str, str]:
+    """Plausible random marks for every readable region.
+
+    Each region is marked with probability ``fill`` with one of the marks it allows (mostly a
+    colour; ``crossed`` rarely, since it is a special move); calibration swatches are usually
+    coloured in their own colour and sometimes left empty; number fields get ``written``.
+
+    Parameters
+    ----------
+    template : Template
+    rng : numpy Generator
+    fill : float
+        Fraction of regions that carry a mark (0..1).
+    """
+    if not 0 <= fill <= 1:
+        raise ValueError(f"fill must be within 0..1, got {fill!r}")
+    out: dict[str, str] = {}
+    for r in template.readable_regions():
+        allowed = [m for m in r.marks if m != "empty"]
+        if r.kind == "swatch":
+            out[r.id] = allowed[0] if allowed and rng.random() < 0.85 else "empty"
+            continue
+        if not allowed or rng.random() >= fill:
+            out[r.id] = "empty"
+            continue
+        colours = [m for m in allowed if m in _COLOURS]
+        others = [m for m in allowed if m not in _COLOURS]
+        if colours and (not others or rng.random() < 0.85):
+            out[r.id] = str(rng.choice(colours))
+        else:
+            out[r.id] = str(rng.choice(others or colours))
+    return out
+
+
+def _streams(seed: int, n: int) -> list[np.random.Generator]:
+    """Independent random streams, so fixing one condition does not reshuffle the others."""
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(n)]
+
+
+def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str = "typical",
+                   markers: bool = True, overrides: Mapping | None = None) -> SimulatedPhoto:
+    """Paint ``marks`` on ``template`` and photograph it with a simulated phone.
+
+    Parameters
+    ----------
+    template : Template
+    marks : dict
+        ``{region_id: mark}``; readable regions not named are ``empty``.
+    seed : int
+        Everything random is drawn from this seed: the same call gives the same photo.
+    preset : str
+        ``easy``, ``typical`` or ``hard`` (see :data:`PRESETS`).
+    markers : bool
+        Photograph a sheet printed with (default) or without its ArUco markers.
+    overrides : dict, optional
+        Conditions to fix (``{"rotation_deg": 180}``), see ``docs/SIMULATOR.md``.
+
+    Returns
+    -------
+    SimulatedPhoto
+
+    Raises
+    ------
+    StateError
+        if a mark names an unknown region or a mark the region cannot carry.
+    SimulatorError
+        for an unknown preset or condition, or a bad condition value.
+    """
+    t0 = time.perf_counter()
+    check_marks(template, marks)
+    full = {r.id: marks.get(r.id, "empty") for r in template.readable_regions()}
+    r_cond, r_paint, r_pencil, r_cam = _streams(seed, 4)
+    cond = sample_conditions(preset, r_cond, overrides)
+    ls = cond["output_long_side"]
+    ss = int(round(ls / cond["aspect"]))
+    W, H = (ls, ss) if cond["landscape"] else (ss, ls)
+    cam = PageCamera(page_mm=(template.width_mm, template.height_mm), size=(W, H),
+                     rotation_deg=cond["rotation_deg"], tilt_deg=cond["tilt_deg"],
+                     tilt_axis_deg=cond["tilt_axis_deg"], focal_35mm=cond["focal_35mm"],
+                     fill=cond["fill"], offset=(cond["offset_x"], cond["offset_y"]),
+                     k1=cond["k1"], k2=cond["k2"],
+                     curl={"type": cond["curl_type"], "amount_mm": cond["curl_amount_mm"],
+                           "axis": cond["curl_axis"], "position": cond["curl_position"],
+                           "side": cond["curl_side"], "width_mm": cond["fold_width_mm"]},
+                     cutoff=cond["cutoff"], cutoff_corner=cond["cutoff_corner"])
+    density = cam.max_px_per_mm()
+    # render finer than the photo samples the page (pencil strokes are thinner than a photo
+    # pixel on small photos), then low-pass before the warp so hatching does not alias
+    dpi = render_dpi_for(max(density * 1.25, 100 / 25.4))
+    pencils = pencils_for(cond, r_pencil)
+    blank = render_blank(template, dpi=dpi, markers=markers)
+    painted = paint_sheet(blank, template, full, dpi=dpi, rng=r_paint, pencils=pencils,
+                          hand=cond["hand"])
+    ratio = dpi / 25.4 / density
+    if ratio > 1.3:
+        painted = cv2.GaussianBlur(painted, (0, 0), 0.4 * ratio)
+    image, extras = photograph(painted, dpi=dpi, cam=cam, cond=cond, rng=r_cam)
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
+                           [cv2.IMWRITE_JPEG_QUALITY, int(cond["jpeg_quality"])])
+    if not ok:  # pragma: no cover - OpenCV always encodes a uint8 image
+        raise SimulatorError("JPEG encoding failed.")
+    conditions = dict(cond)
+    conditions.update({"output_size": [W, H], "render_dpi": dpi, "pencils": pencils, **extras})
+    truth = _truth(template, full, cam, preset=cond["preset"], seed=seed, markers=markers,
+                   conditions=conditions)
+    truth["timing_s"] = round(time.perf_counter() - t0, 3)
+    image.flags.writeable = False
+    return SimulatedPhoto(image=image, jpeg=buf.tobytes(), truth=truth)
+
+
+def _r(a, nd=3):
+    return np.round(np.asarray(a, float), nd).tolist()
+
+
+def _truth(template, marks, cam: PageCamera, *, preset, seed, markers, conditions) -> dict:
+    regions = template.readable_regions()
+    centres = cam.forward(np.array([r.shape.centre() for r in regions], float))
+    pw, ph = cam.page_mm
+    page = np.array([[0, 0], [pw, 0], [pw, ph], [0, ph]], float)
+    flat = cam.curl.get("type", "none") == "none" or not cam.curl.get("amount_mm")
+    return {
+        "format": TRUTH_FORMAT,
+        "template": template.id,
+        "template_version": template.version,
+        "game": template.game,
+        "level": template.level,
+        "preset": preset,
+        "seed": int(seed),
+        "markers": bool(markers),
+        "image_size": [int(cam.size[0]), int(cam.size[1])],
+        "marks": dict(marks),
+        "homography": _r(cam.homography / cam.homography[2, 2], 9),
+        "homography_exact": bool(flat and not (cam.k1 or cam.k2)),
+        "lens": {"model": "radial", "k1": cam.k1, "k2": cam.k2, "centre_px": _r(cam.centre),
+                 "focal_px": round(float(cam.f), 3)},
+        "curl": dict(cam.curl),
+        "page_corners_px": _r(cam.forward(page)),
+        "marker_corners_px": ({str(m.id): _r(cam.forward(m.corners_mm())) for m in template.markers}
+                              if markers else {}),
+        "region_centres_px": {r.id: _r(c, 2) for r, c in zip(regions, centres)},
+        "conditions": conditions,
+    }

@@ -1,0 +1,536 @@
+"""Coloured-pencil marks painted onto a flat sheet in the template frame.
+
+A pencil stroke is not flat paint: pigment is rubbed onto the peaks of the paper grain (so white
+specks show through a light stroke), pressure varies along and between strokes, hatching leaves
+gaps, strokes overshoot the printed border or stop short of a corner, and many regions are only
+partly filled. Pigment is composed subtractively (multiplied in linear light) over the paper and
+the printed ink, so pencil always sits on top of the print.
+
+Coordinates: template geometry in mm; the sheet image is indexed ``[row, col]`` and a point
+``(x, y)`` in px is ``mm * dpi / 25.4`` with pixel ``(i, j)`` centred at ``(j + 0.5, i + 0.5)``.
+OpenCV drawing functions put pixel centres at integers, hence the ``- 0.5`` in ``_cv_pts``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import cv2
+import numpy as np
+
+from sheetcheck.errors import StateError
+
+#: Region kinds painted as a line along the region (not a filled area).
+LINE_KINDS = ("connection",)
+
+#: Fill styles a player uses; each region picks one, biased by the hand's favourite.
+FILL_STYLES = ("hatch", "zigzag", "scribble", "outline_fill")
+
+_SHIFT = 4  # cv2 sub-pixel bits: drawing at 1/16 px keeps thin strokes from snapping to the grid
+_HERSHEY = (cv2.FONT_HERSHEY_SIMPLEX, cv2.FONT_HERSHEY_DUPLEX, cv2.FONT_HERSHEY_COMPLEX,
+            cv2.FONT_HERSHEY_TRIPLEX, cv2.FONT_HERSHEY_SCRIPT_SIMPLEX,
+            cv2.FONT_HERSHEY_SCRIPT_COMPLEX, cv2.FONT_HERSHEY_PLAIN)
+
+
+# --------------------------------------------------------------------------------------------
+# colour helpers (sRGB <-> linear light)
+# --------------------------------------------------------------------------------------------
+
+def srgb_to_linear(c: np.ndarray) -> np.ndarray:
+    """sRGB values in [0, 1] to linear light (IEC 61966-2-1)."""
+    c = np.asarray(c, np.float32)
+    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4).astype(np.float32)
+
+
+def linear_to_srgb(c: np.ndarray) -> np.ndarray:
+    """Linear light in [0, 1] to sRGB values in [0, 1]."""
+    c = np.clip(np.asarray(c, np.float32), 0.0, 1.0)
+    return np.where(c <= 0.0031308, c * 12.92, 1.055 * c ** (1 / 2.4) - 0.055).astype(np.float32)
+
+
+_TO_LIN_LUT = srgb_to_linear(np.arange(256) / 255.0)
+_ENC_LUT = (linear_to_srgb(np.linspace(0, 1, 4096)) * 255 + 0.5).astype(np.uint8)
+
+
+def _encode_srgb(lin: np.ndarray) -> np.ndarray:
+    """Linear float in [0, 1] (clipped) -> sRGB uint8 through a 4096-entry table."""
+    q = np.clip(lin, 0, 1)
+    q *= 4095
+    q += 0.5
+    return _ENC_LUT[q.astype(np.uint16)]
+
+
+# --------------------------------------------------------------------------------------------
+# the hand: how one player colours
+# --------------------------------------------------------------------------------------------
+
+def sample_hand(rng: np.random.Generator, *, heavy: tuple[float, float] = (0.45, 1.0),
+                coverage_min: float = 0.45, overshoot_mm: tuple[float, float] = (-0.4, 1.0),
+                stray_rate: float = 1.0) -> dict:
+    """Draw one player's colouring habits (JSON-serialisable, recorded in the truth).
+
+    Parameters
+    ----------
+    rng : numpy Generator
+    heavy : (lo, hi)
+        Range of the mean pencil pressure (0.45 a light hand, 1.0 a heavy one).
+    coverage_min : float
+        Least fraction of a region a careless fill covers.
+    overshoot_mm : (lo, hi)
+        Range of the typical stroke overshoot past the border (negative: stops short).
+    stray_rate : float
+        Mean number of stray lines or smudges on the sheet.
+    """
+    right = rng.random() < 0.85
+    return {
+        "pressure": float(rng.uniform(*heavy)),
+        # right-handers hatch from lower left to upper right, left-handers the other way
+        "hatch_angle_deg": float(rng.uniform(-70, -30) if right else rng.uniform(30, 70)),
+        "spacing_mm": float(rng.uniform(0.45, 1.3)),
+        "stroke_width_mm": float(rng.uniform(0.35, 0.75)),
+        "style": str(rng.choice(FILL_STYLES, p=[0.35, 0.3, 0.2, 0.15])),
+        "style_loyalty": float(rng.uniform(0.5, 0.95)),
+        "overshoot_mm": float(rng.uniform(*overshoot_mm)),
+        "coverage_min": float(coverage_min),
+        "grain_strength": float(rng.uniform(0.25, 0.7)),
+        "wobble_mm": float(rng.uniform(0.03, 0.25)),
+        "stray_marks": int(rng.poisson(stray_rate)),
+        "cross_style": str(rng.choice(["x", "slash", "scribble"], p=[0.7, 0.18, 0.12])),
+        "cross_pencil": str(rng.choice(["graphite", "colour"], p=[0.55, 0.45])),
+        "write_with": str(rng.choice(["graphite", "colour", "ballpoint"], p=[0.5, 0.3, 0.2])),
+        "font": int(rng.integers(len(_HERSHEY))),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# strokes
+# --------------------------------------------------------------------------------------------
+
+def _smooth_noise(n: int, rng, *, scale: float) -> np.ndarray:
+    """``n`` samples of smooth 1-D noise with unit-ish amplitude (correlation ``scale`` samples)."""
+    if n <= 1:
+        return np.zeros(max(n, 1))
+    k = max(2, int(math.ceil(n / max(scale, 1.0))) + 2)
+    knots = rng.standard_normal(k)
+    return np.interp(np.linspace(0, k - 1.0001, n), np.arange(k), knots)
+
+
+def _polyline(p0, p1, *, px_per_mm: float, wobble_mm: float, rng) -> np.ndarray:
+    """A hand-drawn straight-ish line from ``p0`` to ``p1`` (px): subdivided and wobbled."""
+    p0, p1 = np.asarray(p0, float), np.asarray(p1, float)
+    d = p1 - p0
+    length = float(np.hypot(*d))
+    n = max(2, int(length / (1.2 * px_per_mm)) + 2)
+    t = np.linspace(0, 1, n)
+    pts = p0 + t[:, None] * d
+    if length > 0:
+        nrm = np.array([-d[1], d[0]]) / length
+        # a bow (the wrist pivots) plus a small tremor
+        bow = rng.normal(0, 0.02) * length * np.sin(np.pi * t)
+        tremor = _smooth_noise(n, rng, scale=3) * wobble_mm * px_per_mm
+        pts = pts + (bow + tremor)[:, None] * nrm
+    return pts
+
+
+def _pressure_profile(n: int, base: float, rng) -> np.ndarray:
+    """Pressure along a stroke: varies smoothly, eases in and out at the ends."""
+    t = np.linspace(0, 1, n)
+    taper = np.clip(np.minimum(t, 1 - t) / rng.uniform(0.05, 0.25), 0.35, 1.0)
+    wave = 1 + 0.22 * _smooth_noise(n, rng, scale=4)
+    return np.clip(base * taper * wave, 0.05, 1.0)
+
+
+class _Canvas:
+    """Coverage (0..1 opacity) of pencil strokes on a local patch of the sheet."""
+
+    def __init__(self, x0: int, y0: int, w: int, h: int):
+        self.x0, self.y0 = x0, y0
+        self.cov = np.zeros((h, w), np.float32)
+        self._one = np.zeros((h, w), np.float32)
+
+    def stroke(self, pts: np.ndarray, pressure: np.ndarray, width_px: float) -> None:
+        """Add one stroke; overlapping strokes build up like layers (1 - prod(1 - c))."""
+        one = self._one
+        one[:] = 0
+        q = np.round((pts - [self.x0 + 0.5, self.y0 + 0.5]) * (1 << _SHIFT)).astype(np.int32)
+        th = max(1, int(round(width_px)))
+        for k in range(len(q) - 1):
+            cv2.line(one, tuple(map(int, q[k])), tuple(map(int, q[k + 1])),
+                     float((pressure[k] + pressure[k + 1]) / 2), th, cv2.LINE_AA, _SHIFT)
+        np.multiply(1 - self.cov, 1 - one, out=one)
+        np.subtract(1, one, out=self.cov)
+
+
+def _region_px(region, s: float) -> np.ndarray:
+    return region.shape.polygon(segments=48) * s
+
+
+def _chords(mask: np.ndarray, origin, angle: float, spacing: float):
+    """Intersections of parallel lines at ``angle`` with ``mask``: list of (start, end) px."""
+    h, w = mask.shape
+    x0, y0 = origin
+    u = np.array([math.cos(angle), math.sin(angle)])
+    nrm = np.array([-u[1], u[0]])
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return []
+    pts = np.stack([xs + 0.5, ys + 0.5], 1)
+    on = pts @ nrm
+    along = pts @ u
+    tmin, tmax = along.min() - 2, along.max() + 2
+    out = []
+    ts = np.arange(tmin, tmax, 0.5)
+    for o in np.arange(on.min() + spacing / 2, on.max(), spacing):
+        line = ts[:, None] * u + o * nrm
+        j = np.floor(line[:, 0]).astype(int)
+        i = np.floor(line[:, 1]).astype(int)
+        ok = (i >= 0) & (i < h) & (j >= 0) & (j < w)
+        inside = np.zeros(len(ts), bool)
+        inside[ok] = mask[i[ok], j[ok]] > 0
+        idx = np.nonzero(inside)[0]
+        if len(idx) == 0:
+            continue
+        a, b = line[idx[0]], line[idx[-1]]
+        out.append((a + [x0, y0], b + [x0, y0]))
+    return out
+
+
+def _fill_strokes(poly: np.ndarray, *, hand: dict, s: float, rng, style: str,
+                  swatch: bool) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """Strokes that colour in the polygon ``poly`` (px) the way ``hand`` does."""
+    bx0, by0 = np.floor(poly.min(0)).astype(int) - 2
+    bx1, by1 = np.ceil(poly.max(0)).astype(int) + 2
+    mask = np.zeros((by1 - by0, bx1 - bx0), np.uint8)
+    q = np.round((poly - [bx0 + 0.5, by0 + 0.5]) * (1 << _SHIFT)).astype(np.int32)
+    cv2.fillPoly(mask, [q], 1, cv2.LINE_8, _SHIFT)
+    size_mm = max(bx1 - bx0, by1 - by0) / s
+    angle = math.radians(hand["hatch_angle_deg"] + rng.normal(0, 12))
+    spacing = max(1.0, hand["spacing_mm"] * s * rng.uniform(0.75, 1.3))
+    if style == "scribble":
+        spacing *= rng.uniform(0.7, 1.1)
+    width = max(1.0, hand["stroke_width_mm"] * s * rng.uniform(0.85, 1.2))
+    base = float(np.clip(hand["pressure"] * rng.uniform(0.8, 1.15), 0.2, 1.0))
+    chords = _chords(mask, (bx0, by0), angle, spacing)
+    if not chords:
+        return []
+    # partly filled regions: a careless player colours a contiguous band of the region
+    cmin = 0.85 if swatch else hand["coverage_min"]
+    coverage = 1.0 if rng.random() < 0.55 else rng.uniform(cmin, 1.0)
+    n_keep = max(1, int(round(len(chords) * coverage)))
+    start = int(rng.integers(0, len(chords) - n_keep + 1))
+    chords = chords[start:start + n_keep]
+    strokes = []
+    jitter_sd = 0.6 if style in ("scribble",) else 0.25
+    ends = []
+    for a, b in chords:
+        d = b - a
+        ln = float(np.hypot(*d)) or 1.0
+        u = d / ln
+        # overshoot past the border, or stop short of it (corners left empty)
+        e0 = rng.normal(hand["overshoot_mm"], 0.35 + jitter_sd) * s
+        e1 = rng.normal(hand["overshoot_mm"], 0.35 + jitter_sd) * s
+        e0 = max(e0, -0.35 * ln)
+        e1 = max(e1, -0.35 * ln)
+        ends.append((a - u * e0, b + u * e1))
+    if style in ("zigzag", "scribble"):
+        # one continuous back-and-forth line, the pencil never lifts
+        pts = []
+        for k, (a, b) in enumerate(ends):
+            if k % 2:
+                a, b = b, a
+            if style == "scribble":
+                a = a + rng.normal(0, 0.6 * s, 2)
+                b = b + rng.normal(0, 0.6 * s, 2)
+            pts.append(_polyline(a, b, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng))
+        line = np.concatenate(pts)
+        strokes.append((line, _pressure_profile(len(line), base, rng), width))
+        if style == "scribble" and rng.random() < 0.5:
+            # a second pass across the first
+            sub = _fill_strokes(poly, hand={**hand, "hatch_angle_deg": hand["hatch_angle_deg"] + 75},
+                                s=s, rng=rng, style="zigzag", swatch=swatch)
+            strokes.extend(sub)
+    else:
+        for a, b in ends:
+            line = _polyline(a, b, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng)
+            strokes.append((line, _pressure_profile(len(line), base * rng.uniform(0.8, 1.1), rng),
+                            width))
+        if style == "outline_fill":
+            c = poly.mean(0)
+            ring = c + (poly - c) * rng.uniform(0.9, 1.0)
+            ring = np.concatenate([ring, ring[:1]])
+            ring = ring + rng.normal(0, hand["wobble_mm"] * s, ring.shape)
+            strokes.append((ring, _pressure_profile(len(ring), min(1.0, base * 1.15), rng), width))
+    if size_mm > 0 and rng.random() < 0.12:
+        # cross-hatching: a second layer at another angle for a darker fill
+        sub = _fill_strokes(poly, hand={**hand, "hatch_angle_deg": hand["hatch_angle_deg"] + 90},
+                            s=s, rng=rng, style="hatch", swatch=swatch)
+        strokes.extend(sub)
+    return strokes
+
+
+def _line_strokes(region, *, hand: dict, s: float, rng):
+    """A connection drawn as one to three pencil lines along the segment."""
+    p = region.shape.params
+    a, b = np.asarray(p["p1"], float) * s, np.asarray(p["p2"], float) * s
+    d = b - a
+    ln = float(np.hypot(*d)) or 1.0
+    u, nrm = d / ln, np.array([-d[1], d[0]]) / ln
+    wid = p["width"] * s
+    off = rng.normal(0, 0.18) * wid  # slightly off-centre
+    width = max(1.0, hand["stroke_width_mm"] * s * rng.uniform(0.9, 1.3))
+    strokes = []
+    for _ in range(int(rng.choice([1, 1, 2, 3]))):
+        # often the line starts/ends inside the space circles it joins
+        e0 = rng.uniform(-0.12, 0.35) * ln
+        e1 = rng.uniform(-0.12, 0.35) * ln
+        o = off + rng.normal(0, 0.08) * wid
+        pa, pb = a - u * e0 + nrm * o, b + u * e1 + nrm * o
+        line = _polyline(pa, pb, px_per_mm=s, wobble_mm=hand["wobble_mm"] * 1.5, rng=rng)
+        strokes.append((line, _pressure_profile(len(line), min(1.0, hand["pressure"] * 1.1), rng),
+                        width))
+    return strokes
+
+
+def _cross_strokes(region, *, hand: dict, s: float, rng):
+    """An X (sometimes a single slash or a scribble) over the region."""
+    x0, y0, x1, y1 = (np.array(region.shape.bbox()) * s)
+    c = np.array([(x0 + x1) / 2, (y0 + y1) / 2])
+    hw, hh = (x1 - x0) / 2, (y1 - y0) / 2
+    style = hand["cross_style"] if rng.random() < 0.85 else str(rng.choice(["x", "slash", "scribble"]))
+    width = max(1.0, hand["stroke_width_mm"] * s * rng.uniform(0.9, 1.3))
+    base = min(1.0, hand["pressure"] * 1.15)
+    k = rng.uniform(0.7, 1.15)
+    strokes = []
+    if style == "scribble":
+        pts = c + np.stack([rng.uniform(-hw, hw, 9), rng.uniform(-hh, hh, 9)], 1) * 0.8
+        line = np.concatenate([_polyline(pts[i], pts[i + 1], px_per_mm=s,
+                                         wobble_mm=hand["wobble_mm"], rng=rng) for i in range(8)])
+        return [(line, _pressure_profile(len(line), base, rng), width)]
+    diag = [((-1, -1), (1, 1)), ((1, -1), (-1, 1))]
+    if style == "slash":
+        diag = diag[1:]
+    for (sa, sb) in diag:
+        pa = c + np.array(sa) * [hw, hh] * k + rng.normal(0, 0.6 * s, 2)
+        pb = c + np.array(sb) * [hw, hh] * k + rng.normal(0, 0.6 * s, 2)
+        line = _polyline(pa, pb, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng)
+        strokes.append((line, _pressure_profile(len(line), base, rng), width))
+    return strokes
+
+
+def _digit_coverage(text: str, font: int, height_px: float, rng) -> np.ndarray:
+    """Handwriting-like digits as a coverage map (Hershey strokes, jittered and sheared)."""
+    scale = 1.0
+    thick = max(1, int(round(height_px / 14)))
+    (tw, th), base = cv2.getTextSize(text, font, scale, thick)
+    scale = height_px / max(th, 1)
+    (tw, th), base = cv2.getTextSize(text, font, scale, thick)
+    pad = int(height_px * 0.6) + 2
+    img = np.zeros((th + base + 2 * pad, tw + 2 * pad), np.uint8)  # putText draws on 8-bit only
+    cv2.putText(img, text, (pad, pad + th), font, scale, 255, thick, cv2.LINE_AA)
+    img = img.astype(np.float32) / 255.0
+    h, w = img.shape
+    ang = rng.normal(0, 6)
+    shear = rng.normal(0.12, 0.12)  # handwriting leans
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), ang, rng.uniform(0.9, 1.1))
+    m[0, 1] += -shear
+    m[0, 2] += shear * h / 2
+    return cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR)
+
+
+def paper_grain(shape: tuple[int, int], *, dpi: float, rng) -> np.ndarray:
+    """Paper-grain heights in [0, 1], ``shape`` (H, W), with ~0.1 mm features."""
+    g = rng.random(shape, dtype=np.float32)
+    sigma = max(0.5, 0.06 * dpi / 25.4)
+    g = cv2.GaussianBlur(g, (0, 0), sigma)
+    g -= g.mean()
+    g /= g.std() + 1e-6
+    return np.clip(0.5 + 0.22 * g, 0, 1)
+
+
+def _deposit(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas, colour_lin: np.ndarray,
+             grain_strength: float) -> None:
+    """Rub pigment onto ``lin`` (linear RGB sheet, in place) where the canvas has coverage."""
+    h, w = canvas.cov.shape
+    H, W = lin.shape[:2]
+    x0, y0 = canvas.x0, canvas.y0
+    xa, ya, xb, yb = max(0, x0), max(0, y0), min(W, x0 + w), min(H, y0 + h)
+    if xa >= xb or ya >= yb:
+        return
+    cov = canvas.cov[ya - y0:yb - y0, xa - x0:xb - x0]
+    g = grain[ya:yb, xa:xb]
+    # pigment catches on the peaks of the grain: a light stroke leaves the valleys white
+    gs = grain_strength
+    eff = np.clip(cov * (1 + gs) - gs * 1.6 * (1 - g), 0, 1)
+    patch = lin[ya:yb, xa:xb]
+    patch *= np.power(colour_lin[None, None, :], eff[..., None])
+
+
+def _stroke_bounds(strokes, pad: float):
+    allp = np.concatenate([p for p, _, _ in strokes])
+    x0, y0 = np.floor(allp.min(0) - pad).astype(int)
+    x1, y1 = np.ceil(allp.max(0) + pad).astype(int)
+    return x0, y0, x1 - x0, y1 - y0
+
+
+def check_marks(template, marks: Mapping[str, str]) -> None:
+    """Raise :class:`StateError` naming every unknown region or mark a region cannot carry."""
+    problems = []
+    ids = {r.id: r for r in template.regions}
+    for rid, mark in marks.items():
+        r = ids.get(rid)
+        if r is None:
+            problems.append(f"unknown region {rid!r}")
+        elif not r.readable:
+            problems.append(f"region {rid!r} is not readable (structure only) and cannot carry a mark")
+        elif mark not in r.marks:
+            problems.append(f"region {rid!r} cannot carry mark {mark!r} (allowed: {', '.join(r.marks)})")
+    if problems:
+        shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
+        raise StateError(f"marks do not fit template {template.id!r}: " + "; ".join(shown) + ".",
+                         hint="Use region ids and marks from the template (`sheetcheck templates`, "
+                              "docs/TEMPLATES.md).")
+
+
+def paint_sheet(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, dpi: float,
+                rng: np.random.Generator, pencils: Mapping[str, tuple], hand: dict | None = None,
+                digits: Mapping[str, str] | None = None) -> np.ndarray:
+    """Colour in ``marks`` on a flat rendered sheet with realistic coloured pencil.
+
+    Parameters
+    ----------
+    sheet_rgb : (H, W, 3) uint8 ndarray
+        The printed sheet rendered at ``dpi`` in the template frame (not modified).
+    template : calibration.template.Template
+    marks : dict
+        ``{region_id: mark}``; ``empty`` regions are left alone.
+    dpi : float
+        Resolution of ``sheet_rgb``.
+    rng : numpy Generator
+    pencils : dict
+        sRGB (0-255) of a heavy stroke for each colour, plus ``graphite`` (crossing out,
+        writing) and optionally ``ballpoint``.
+    hand : dict, optional
+        Colouring habits from :func:`sample_hand` (drawn from ``rng`` if None).
+    digits : dict, optional
+        Text written into ``written`` number fields (random numbers if missing).
+
+    Returns
+    -------
+    (H, W, 3) uint8 ndarray
+        The painted sheet.
+    """
+    sheet_rgb = np.asarray(sheet_rgb)
+    if sheet_rgb.ndim != 3 or sheet_rgb.shape[2] != 3 or sheet_rgb.dtype != np.uint8:
+        raise ValueError(f"sheet_rgb must be an (H, W, 3) uint8 array, got {sheet_rgb.shape} {sheet_rgb.dtype}")
+    check_marks(template, marks)
+    hand = dict(hand) if hand is not None else sample_hand(rng)
+    s = dpi / 25.4
+    H, W = sheet_rgb.shape[:2]
+    lin = _TO_LIN_LUT[sheet_rgb]
+    grain = paper_grain((H, W), dpi=dpi, rng=rng)
+    plin = {k: srgb_to_linear(np.asarray(v, np.float32) / 255.0) for k, v in pencils.items()}
+    colours = [c for c in ("orange", "red", "blue", "green", "purple") if c in plin]
+    favourite = hand["style"]
+    for region in template.regions:
+        mark = marks.get(region.id, "empty")
+        if mark == "empty":
+            continue
+        if region.shape.type == "segment" or region.kind in LINE_KINDS:
+            if mark == "crossed":
+                strokes = _cross_strokes(region, hand=hand, s=s, rng=rng)
+                colour = plin["graphite"]
+            else:
+                strokes = _line_strokes(region, hand=hand, s=s, rng=rng)
+                colour = plin[mark]
+        elif mark == "crossed":
+            strokes = _cross_strokes(region, hand=hand, s=s, rng=rng)
+            colour = (plin["graphite"] if hand["cross_pencil"] == "graphite" or not colours
+                      else plin[str(rng.choice(colours))])
+        elif mark == "written":
+            _write_digits(lin, grain, region, hand=hand, s=s, rng=rng, plin=plin, colours=colours,
+                          text=(digits or {}).get(region.id))
+            continue
+        else:
+            style = favourite if rng.random() < hand["style_loyalty"] else str(rng.choice(FILL_STYLES))
+            strokes = _fill_strokes(_region_px(region, s), hand=hand, s=s, rng=rng, style=style,
+                                    swatch=region.kind == "swatch")
+            colour = plin[mark]
+        if not strokes:
+            continue
+        width = max(w for _, _, w in strokes)
+        canvas = _Canvas(*_stroke_bounds(strokes, width + 2))
+        for pts, pr, wd in strokes:
+            canvas.stroke(pts, pr, wd)
+        _deposit(lin, grain, canvas, colour * _colour_jitter(rng), hand["grain_strength"])
+    _stray_marks(lin, grain, template, hand=hand, s=s, rng=rng, plin=plin, colours=colours)
+    return _encode_srgb(lin)
+
+
+def _colour_jitter(rng) -> np.ndarray:
+    """Small per-region shade change (pressure and wax vary) in linear transmittance."""
+    return np.clip(1 + rng.normal(0, 0.04, 3), 0.85, 1.15).astype(np.float32)
+
+
+def _write_digits(lin, grain, region, *, hand, s, rng, plin, colours, text):
+    x0, y0, x1, y1 = np.array(region.shape.bbox()) * s
+    h = (y1 - y0) * rng.uniform(0.5, 0.85)
+    text = text or str(int(rng.choice([rng.integers(0, 10), rng.integers(10, 100),
+                                       rng.integers(100, 200)])))
+    font = _HERSHEY[hand["font"]] if rng.random() < 0.8 else _HERSHEY[int(rng.integers(len(_HERSHEY)))]
+    cov = _digit_coverage(text, font, h, rng)
+    ch, cw = cov.shape
+    if cw > (x1 - x0) * 1.1:  # squeeze a long number into the field as a person would
+        k = (x1 - x0) * 1.05 / cw
+        cov = cv2.resize(cov, (max(1, int(cw * k)), max(1, int(ch * k))), interpolation=cv2.INTER_AREA)
+        ch, cw = cov.shape
+    cx = (x0 + x1) / 2 + rng.normal(0, 0.08) * (x1 - x0)
+    cy = (y0 + y1) / 2 + rng.normal(0, 0.06) * (y1 - y0)
+    canvas = _Canvas(int(round(cx - cw / 2)), int(round(cy - ch / 2)), cw, ch)
+    canvas.cov[:] = np.clip(cov * hand["pressure"] * 1.2, 0, 1)
+    w = hand["write_with"]
+    colour = (plin.get("ballpoint", plin["graphite"]) if w == "ballpoint"
+              else plin[str(rng.choice(colours))] if w == "colour" and colours else plin["graphite"])
+    _deposit(lin, grain, canvas, colour, 0.1 if w == "ballpoint" else hand["grain_strength"])
+
+
+def _stray_marks(lin, grain, template, *, hand, s, rng, plin, colours):
+    """The odd stray line or smudge, kept clear of every readable region."""
+    if hand["stray_marks"] <= 0:
+        return
+    boxes = np.array([r.shape.bbox() for r in template.regions if r.readable] or [[0, 0, 0, 0]])
+    boxes = boxes + [-3, -3, 3, 3]
+    pw, ph = template.width_mm, template.height_mm
+    for _ in range(hand["stray_marks"]):
+        for _try in range(30):
+            c = rng.uniform([8, 8], [pw - 8, ph - 8])
+            ln = rng.uniform(3, 14)
+            ang = rng.uniform(0, math.pi)
+            a = c - ln / 2 * np.array([math.cos(ang), math.sin(ang)])
+            b = c + ln / 2 * np.array([math.cos(ang), math.sin(ang)])
+            lo, hi = np.minimum(a, b) - 1, np.maximum(a, b) + 1
+            hit = ((boxes[:, 0] < hi[0]) & (boxes[:, 2] > lo[0]) &
+                   (boxes[:, 1] < hi[1]) & (boxes[:, 3] > lo[1])).any()
+            if not hit:
+                break
+        else:
+            continue
+        smudge = rng.random() < 0.35
+        colour = plin["graphite"] if (smudge or not colours or rng.random() < 0.4) \
+            else plin[str(rng.choice(colours))]
+        if smudge:
+            # a graphite smudge: a soft, faint smear
+            r = ln * s / 2
+            x0, y0 = int(c[0] * s - 2 * r), int(c[1] * s - 2 * r)
+            n = int(4 * r) + 1
+            canvas = _Canvas(x0, y0, n, n)
+            cv2.ellipse(canvas.cov, (n // 2, n // 2), (max(1, int(r)), max(1, int(r * rng.uniform(0.2, 0.5)))),
+                        math.degrees(ang), 0, 360, float(rng.uniform(0.15, 0.35)), -1)
+            canvas.cov[:] = cv2.GaussianBlur(canvas.cov, (0, 0), max(1.0, r / 4))
+            _deposit(lin, grain, canvas, colour, 0.2)
+        else:
+            line = _polyline(a * s, b * s, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng)
+            width = max(1.0, hand["stroke_width_mm"] * s)
+            canvas = _Canvas(*_stroke_bounds([(line, None, width)], width + 2))
+            canvas.stroke(line, _pressure_profile(len(line), hand["pressure"] * 0.8, rng), width)
+            _deposit(lin, grain, canvas, colour, hand["grain_strength"])
