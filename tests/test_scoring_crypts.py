@@ -442,3 +442,53 @@ def test_bench_measures_throughput():
     r = measure(9)
     assert r["states"] == 9 and r["audit_per_s"] > 0 and r["simulate_per_s"] > 0
     assert r["mean_total"] > 0
+
+
+# --------------------------------------------------------------------------------------------
+# the DP against an independent brute force
+# --------------------------------------------------------------------------------------------
+
+def _brute_force(colours, caps):
+    """Every set of pairwise disjoint groups within the box counts: (best value, counts seen)."""
+    from itertools import combinations
+    n = len(colours)
+    cands = [("pair", (i, i + 1)) for i in range(n - 1)
+             if colours[i] >= 0 and colours[i] == colours[i + 1]]
+    cands += [("triple", (i, i + 1, i + 2)) for i in range(n - 2)
+              if colours[i] >= 0 and colours[i] == colours[i + 1] == colours[i + 2]]
+    cands += [("all_colours", c) for c in combinations(range(n), 5)
+              if sorted(colours[i] for i in c) == [0, 1, 2, 3, 4]]
+    kinds = ("pair", "triple", "all_colours")
+    best = 0
+    seen = set()
+
+    def walk(k, used, counts):
+        nonlocal best
+        seen.add(counts)
+        best = max(best, sum(sum(caps[j][:counts[j]]) for j in range(3)))
+        for m in range(k, len(cands)):
+            kind, cells = cands[m]
+            j = kinds.index(kind)
+            if counts[j] < len(caps[j]) and used.isdisjoint(cells):
+                walk(m + 1, used | set(cells), counts[:j] + (counts[j] + 1,) + counts[j + 1:])
+
+    walk(0, frozenset(), (0, 0, 0))
+    return best, seen
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.lists(st.sampled_from([-1, 0, 0, 1, 1, 2, 3, 4]), min_size=0, max_size=8),
+       st.sampled_from([L1_ROW, L2_ROW, L2_COL, ((2,), (), ()), ((2, 2, 2), (3, 3), (5, 5))]))
+def test_line_solver_matches_brute_force(colours, caps):
+    s = solve_line(tuple(colours), caps)
+    from itertools import product
+    best, seen = _brute_force(colours, caps)
+    assert s.best == best
+    for v in product(*(range(len(c) + 1) for c in caps)):
+        assert s.allows(v) == (v in seen), v
+    cells = [c for g in s.groups for c in g[2]]
+    assert len(cells) == len(set(cells))  # no symbol in two groups
+    assert s.allows(s.counts)
