@@ -771,9 +771,18 @@ def analyse(state: State) -> Analysis:
     lay = state.layout
     routes = {c: route_of(state, c) for c in COLOURS}
     reach = _reach_by_colour(routes)
+    reached, credited, earned, coins = _credit(lay, dict(state.treasures), reach)
+    props = tuple(sorted(pid for pid, s in lay.propellers.items() if s in reached))
+    a = Analysis(routes, reached, credited, earned, coins, min(len(coins), len(lay.cboxes)), props)
+    object.__setattr__(state, "_analysis", a)
+    return a
+
+
+def _credit(lay: Layout, marked: Mapping[str, str], reach: Mapping[str, frozenset]):
+    """(spaces reached, treasure credits, boxes earned per colour, coins reached)."""
     reached = frozenset().union(*reach.values())
-    marked = dict(state.treasures)
     credited: dict[str, str] = {}
+    open_neutrals: list[tuple[str, list[str]]] = []
     for tid, (space, tcol, _) in lay.treasures.items():
         if tcol is not None:
             if space in reach[tcol]:
@@ -783,21 +792,53 @@ def analyse(state: State) -> Analysis:
         if m is not None and space in reach[m]:
             credited[tid] = m
         else:
-            # ruling: an uncoloured neutral treasure that routes reach goes to the first colour
-            # in pencil order that reaches it (the order of drawing cannot be seen)
-            for c in COLOURS:
-                if space in reach[c]:
-                    credited[tid] = c
-                    break
-    earned = {}
-    for c, row in lay.tboxes.items():
-        total = sum(lay.treasures[t][2] for t, col in credited.items() if col == c)
-        earned[c] = min(total, len(row))
+            by = [c for c in COLOURS if space in reach[c]]
+            if by:
+                open_neutrals.append((tid, by))
+    if open_neutrals:
+        credited.update(_best_neutral_credit(lay, credited, open_neutrals))
+    earned = _earned(lay, credited)
     coins = tuple(sorted(cid for cid, s in lay.coins.items() if s in reached))
-    props = tuple(sorted(pid for pid, s in lay.propellers.items() if s in reached))
-    a = Analysis(routes, reached, credited, earned, coins, min(len(coins), len(lay.cboxes)), props)
-    object.__setattr__(state, "_analysis", a)
-    return a
+    return reached, credited, earned, coins
+
+
+def _earned(lay: Layout, credited: Mapping[str, str]) -> dict[str, int]:
+    """Treasure boxes per colour the credited treasures give, capped at the row's length."""
+    total = {c: 0 for c in lay.tboxes}
+    for t, col in credited.items():
+        if col in total:
+            total[col] += lay.treasures[t][2]
+    return {c: min(v, len(lay.tboxes[c])) for c, v in total.items()}
+
+
+def _best_neutral_credit(lay, credited, open_neutrals, *, limit: int = 4096) -> dict[str, str]:
+    """Ruling R3: a neutral treasure that routes reach but nobody coloured goes to the colour
+    that gives the most treasure-row points over all such treasures together (the order of
+    drawing cannot be seen; the player gets the benefit of the doubt). Ties: pencil order.
+
+    Greedy choice loses when the first colour's row is already full: the exhaustive search
+    over the (few) open treasures finds the credit that still earns points.
+    """
+    import itertools
+
+    def value(assign):
+        full = dict(credited)
+        full.update(assign)
+        earned = _earned(lay, full)
+        return sum(_row_points([p for _, p, _ in lay.tboxes[c]], n) for c, n in earned.items())
+
+    combos = 1
+    for _, by in open_neutrals:
+        combos *= len(by)
+    if combos > limit:  # never on a real sheet; keep it bounded
+        return {tid: by[0] for tid, by in open_neutrals}
+    best, best_v = None, None
+    for choice in itertools.product(*(by for _, by in open_neutrals)):
+        assign = {tid: c for (tid, _), c in zip(open_neutrals, choice)}
+        v = value(assign)
+        if best_v is None or v > best_v:
+            best, best_v = assign, v
+    return best
 
 
 def _row_points(points: list[int], n: int) -> int:
@@ -1130,6 +1171,8 @@ def _last_move_ends(state: State) -> bool:
     lay = state.layout
     a = analyse(state)
     wmark = dict(state.whirlpools)
+    reach = _reach_by_colour(a.routes)
+    marked = dict(state.treasures)
     for c in COLOURS:
         r = a.routes[c]
         if not r.edges or r.trail is None:
@@ -1154,10 +1197,11 @@ def _last_move_ends(state: State) -> bool:
             rest = all_edges - set(w)
             if not _valid_prefix(lay, rest, entry, s):
                 continue
-            conns = tuple((e, col) for e, col in state.connections if col != c or e in rest)
-            before = replace(state, connections=conns)
-            b = analyse(before)
-            cond = _conditions(lay, b.earned, b.coin_earned)
+            # only colour c changes: recount with its shorter reach, the others as they are
+            reach2 = dict(reach)
+            reach2[c] = frozenset(_graph(lay, rest)) | {entry} if rest else frozenset()
+            _, _, earned, coins = _credit(lay, marked, reach2)
+            cond = _conditions(lay, earned, min(len(coins), len(lay.cboxes)))
             if not (cond["end_grey"] or cond["end_coins"]):
                 return True
     return False

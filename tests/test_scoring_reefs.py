@@ -189,6 +189,8 @@ def test_broken_route_is_still_scored():
 
 
 def test_route_rebuilt_as_trail_from_entry():
+    # at r2c3 a greedy walk that turned to r2c2 first would stop with edges left over; the
+    # Euler trail (Hierholzer) goes round the loop r2c4-r3c4-r3c3 first
     s = state(routes={"blue": ["r1c2", "r1c3", "r2c3", "r2c4", "r3c4", "r3c3", "r2c3", "r2c2"]})
     r = reefs.route_of(s, "blue")
     assert r.trail[0] == "space.r1c2" and r.trail[-1] == "space.r2c2"
@@ -236,6 +238,22 @@ def test_neutral_treasure_rules():
     # the rules credit the neutral treasure to the route that does reach it (ruling R3)
     assert line(aw.rules, "treasures", "red").points == 10
     assert line(aw.rules, "treasures", "blue").points == 0
+
+
+def test_uncoloured_neutral_credit_is_best_not_greedy():
+    # the neutral 2 on r3c4 is reached by red and blue but coloured by neither. Red first (pencil
+    # order, the greedy choice) would lift red 6 -> 7 boxes (13 -> 16, +3); blue gets 3 -> 5
+    # boxes (5 -> 10, +5). The rules credit the better choice (ruling R3).
+    s = state(routes={"red": ["r6c7", "r7c7", "r7c6", "r7c5", "r6c5", "r5c5", "r4c5", "r3c5",
+                              "r3c6", "r2c6", "r2c5", "r2c4", "r3c4"],
+                      "blue": ["r1c2", "r1c3", "r2c3", "r3c3", "r3c4"]},
+              treasures={"treasure.15": "red", "treasure.5": "red", "treasure.2": "blue"},
+              treasure_boxes={"red": 6, "blue": 3}, coin_boxes=1)
+    a = reefs.audit(s)
+    assert line(a.rules, "treasures", "red").points == 13
+    assert line(a.rules, "treasures", "blue").points == 10
+    assert "treasure.4" in line(a.rules, "treasures", "blue").regions
+    assert "reefs.treasure_not_coloured" in rules_found(a)
 
 
 def test_boxes_left_to_right():
@@ -498,3 +516,12 @@ def test_inject_unknown_or_inapplicable_kind():
         reefs.inject_violation(s, "nonsense", 0)
     with pytest.raises(StateError, match="does not apply to template 'reefs-1'"):
         reefs.inject_violation(s, "propeller_skipped", 0)
+
+
+def test_benchmark_measures_throughput():
+    from sheetcheck.bench.scoring_reefs import measure
+    r = measure(8)
+    assert r["states"] == 8 and r["with_violation"] >= 1
+    assert r["audits_per_s"] > 0 and r["simulated_per_s"] > 0
+    with pytest.raises(StateError, match="count must be at least 1"):
+        measure(0)
