@@ -13,6 +13,9 @@ The truth document is described in ``docs/SIMULATOR.md`` (format ``sheetcheck.tr
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Mapping
@@ -27,7 +30,8 @@ from sheetcheck.simulator.presets import (PRESETS, SimulatorError, condition_key
 from sheetcheck.simulator.sheet import render_blank, render_dpi_for
 
 __all__ = ["SimulatedPhoto", "simulate_photo", "random_marks", "paint_sheet", "PRESETS",
-           "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT"]
+           "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT",
+           "truth_json"]
 
 TRUTH_FORMAT = "sheetcheck.truth/1"
 
@@ -129,7 +133,17 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     cond = sample_conditions(preset, r_cond, overrides)
     ls = cond["output_long_side"]
     ss = int(round(ls / cond["aspect"]))
-    W, H = (ls, ss) if cond["landscape"] else (ss, ls)
+    orient = cond["photo_orientation"]
+    if orient in ("match", "cross"):
+        # does the page appear wider than tall in the photo (its in-plane rotation decides)?
+        rot = math.radians(cond["rotation_deg"])
+        pw, ph = template.width_mm, template.height_mm
+        wide = abs(pw * math.cos(rot)) + abs(ph * math.sin(rot)) >= \
+            abs(pw * math.sin(rot)) + abs(ph * math.cos(rot))
+        landscape = wide if orient == "match" else not wide
+    else:
+        landscape = orient == "landscape"
+    W, H = (ls, ss) if landscape else (ss, ls)
     cam = PageCamera(page_mm=(template.width_mm, template.height_mm), size=(W, H),
                      rotation_deg=cond["rotation_deg"], tilt_deg=cond["tilt_deg"],
                      tilt_axis_deg=cond["tilt_axis_deg"], focal_35mm=cond["focal_35mm"],
@@ -162,6 +176,14 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     truth["timing_s"] = round(time.perf_counter() - t0, 3)
     image.flags.writeable = False
     return SimulatedPhoto(image=image, jpeg=buf.tobytes(), truth=truth)
+
+
+def truth_json(truth: dict) -> str:
+    """The truth document as JSON text: indented, with number lists kept on one line."""
+    text = json.dumps(truth, indent=1)
+    # collapse lists of plain numbers ("[\n  1.5,\n  2.0\n ]" -> "[1.5, 2.0]") for readability
+    return re.sub(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
 
 
 def _r(a, nd=3):

@@ -221,17 +221,15 @@ def _fill_strokes(poly: np.ndarray, *, hand: dict, s: float, rng, style: str,
     start = int(rng.integers(0, len(chords) - n_keep + 1))
     chords = chords[start:start + n_keep]
     strokes = []
-    jitter_sd = 0.6 if style in ("scribble",) else 0.25
+    sd = 0.45 if style == "scribble" else 0.3
     ends = []
     for a, b in chords:
         d = b - a
         ln = float(np.hypot(*d)) or 1.0
         u = d / ln
-        # overshoot past the border, or stop short of it (corners left empty)
-        e0 = rng.normal(hand["overshoot_mm"], 0.35 + jitter_sd) * s
-        e1 = rng.normal(hand["overshoot_mm"], 0.35 + jitter_sd) * s
-        e0 = max(e0, -0.35 * ln)
-        e1 = max(e1, -0.35 * ln)
+        # overshoot past the border (rarely more than ~2 mm), or stop short of it (corners
+        # left empty)
+        e0, e1 = np.clip(rng.normal(hand["overshoot_mm"], sd, 2), -0.35 * ln / s, 2.0) * s
         ends.append((a - u * e0, b + u * e1))
     if style in ("zigzag", "scribble"):
         # one continuous back-and-forth line, the pencil never lifts
@@ -240,8 +238,8 @@ def _fill_strokes(poly: np.ndarray, *, hand: dict, s: float, rng, style: str,
             if k % 2:
                 a, b = b, a
             if style == "scribble":
-                a = a + rng.normal(0, 0.6 * s, 2)
-                b = b + rng.normal(0, 0.6 * s, 2)
+                a = a + rng.normal(0, 0.3 * s, 2)
+                b = b + rng.normal(0, 0.3 * s, 2)
             pts.append(_polyline(a, b, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng))
         line = np.concatenate(pts)
         strokes.append((line, _pressure_profile(len(line), base, rng), width))

@@ -105,7 +105,8 @@ _ANY_BG = list(BACKGROUNDS)
 
 _COMMON = {
     "aspect": C([4 / 3, 16 / 9, 3 / 2], [0.7, 0.2, 0.1]),
-    "landscape": C([True, False]),
+    # players mostly turn the phone to match the sheet; sometimes they do not
+    "photo_orientation": C(["match", "cross"], [0.85, 0.15]),
     "tilt_axis_deg": U(0, 360),
     "offset_x": U(-0.8, 0.8),
     "offset_y": U(-0.8, 0.8),
@@ -250,6 +251,9 @@ def sample_conditions(preset: str | Preset, rng: np.random.Generator,
     cond["curl_side"] = int(rng.choice([-1, 1]))
     cond["fold_width_mm"] = float(rng.uniform(30, 90))
     cond["hand"] = sample_hand(rng, **preset.hand)
+    # round what was drawn, so that the truth records exactly the values that were used
+    cond = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in cond.items()}
+    cond["hand"] = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in cond["hand"].items()}
 
     overrides = dict(overrides or {})
     unknown = []
@@ -284,6 +288,9 @@ def _check_values(cond: dict, brands: Mapping) -> None:
         problems.append(f"background {cond['background']!r} is not one of {', '.join(BACKGROUNDS)}")
     if cond["curl_type"] not in ("none", "bend", "fold"):
         problems.append(f"curl_type {cond['curl_type']!r} is not one of none, bend, fold")
+    if cond["photo_orientation"] not in ("match", "cross", "landscape", "portrait"):
+        problems.append(f"photo_orientation {cond['photo_orientation']!r} must be match, cross, "
+                        "landscape or portrait")
     if cond["curl_axis"] not in ("x", "y"):
         problems.append(f"curl_axis {cond['curl_axis']!r} must be x or y")
     if not 200 <= cond["output_long_side"] <= 8000:

@@ -1,0 +1,337 @@
+"""The photo simulator: determinism, truth exactness, painting, presets, overrides, command."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from calibration.template import PENCIL_COLOURS, get_template
+from sheetcheck.cli import main
+from sheetcheck.errors import StateError
+from sheetcheck.simulator import (PRESETS, SimulatorError, TRUTH_FORMAT, load_brands, paint_sheet,
+                                  random_marks, sample_conditions, simulate_photo)
+from sheetcheck.simulator.camera import PageCamera, colour_temperature_rgb
+from sheetcheck.simulator.paint import sample_hand
+from sheetcheck.simulator.presets import condition_keys, pencils_for
+from sheetcheck.simulator.sheet import render_blank
+
+SMALL = {"output_long_side": 640}
+
+
+def _decode(jpeg: bytes) -> np.ndarray:
+    img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert img is not None, "not a decodable JPEG"
+    return img[..., ::-1]
+
+
+def _detect(img: np.ndarray, dictionary: str) -> dict[int, np.ndarray]:
+    """ArUco corners in the project's convention (pixel centres at +0.5)."""
+    d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, dictionary))
+    p = cv2.aruco.DetectorParameters()
+    p.cornerRefinementMethod = cv2.aruco.CORNER_REFINE_SUBPIX
+    corners, ids, _ = cv2.aruco.ArucoDetector(d, p).detectMarkers(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY))
+    if ids is None:
+        return {}
+    return {int(i): c.reshape(4, 2) + 0.5 for i, c in zip(ids.ravel(), corners)}
+
+
+def _apply_h(h: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    v = np.c_[pts, np.ones(len(pts))] @ np.asarray(h).T
+    return v[:, :2] / v[:, 2:]
+
+
+@pytest.fixture(scope="module")
+def crypts():
+    return get_template("crypts-1")
+
+
+@pytest.fixture(scope="module")
+def reefs():
+    return get_template("reefs-2")
+
+
+# --- determinism and output ------------------------------------------------------------------
+
+def test_same_seed_same_photo_other_seed_other_photo(crypts):
+    marks = random_marks(crypts, np.random.default_rng(0))
+    a = simulate_photo(crypts, marks, seed=5, overrides=SMALL)
+    b = simulate_photo(crypts, marks, seed=5, overrides=SMALL)
+    c = simulate_photo(crypts, marks, seed=6, overrides=SMALL)
+    assert a.jpeg == b.jpeg
+    assert np.array_equal(a.image, b.image)
+    assert a.truth["conditions"] == b.truth["conditions"]
+    assert a.jpeg != c.jpeg
+    assert a.truth["conditions"]["rotation_deg"] != c.truth["conditions"]["rotation_deg"]
+
+
+@pytest.mark.parametrize("preset", ["easy", "typical", "hard"])
+def test_every_preset_gives_a_jpeg_of_the_stated_size(reefs, preset):
+    photo = simulate_photo(reefs, {}, seed=1, preset=preset, overrides={"output_long_side": 700})
+    img = _decode(photo.jpeg)
+    w, h = photo.truth["image_size"]
+    assert img.shape == (h, w, 3) == photo.image.shape
+    assert max(w, h) == 700
+    assert photo.truth["format"] == TRUTH_FORMAT
+    assert photo.truth["preset"] == preset
+    q = photo.truth["conditions"]["jpeg_quality"]
+    assert {"easy": 85 <= q <= 95, "typical": 70 <= q <= 92, "hard": 60 <= q <= 75}[preset]
+    # the JPEG encodes the pre-JPEG photo (low quality drops mostly the fine noise)
+    blur = lambda a: cv2.GaussianBlur(a.astype(np.float32), (0, 0), 2)
+    assert np.abs(blur(img) - blur(photo.image)).mean() < 4
+
+
+def test_truth_marks_equal_input_marks_and_fill_in_empty(crypts):
+    marks = random_marks(crypts, np.random.default_rng(3), fill=0.7)
+    some = dict(list(marks.items())[:10])
+    photo = simulate_photo(crypts, some, seed=2, overrides=SMALL)
+    expected = {r.id: some.get(r.id, "empty") for r in crypts.readable_regions()}
+    assert photo.truth["marks"] == expected
+    photo = simulate_photo(crypts, marks, seed=2, overrides=SMALL)
+    assert photo.truth["marks"] == marks
+    assert set(photo.truth["region_centres_px"]) == set(marks)
+
+
+def test_conditions_are_all_recorded(crypts):
+    photo = simulate_photo(crypts, {}, seed=4, preset="hard", overrides=SMALL)
+    cond = photo.truth["conditions"]
+    missing = [k for k in condition_keys() if k not in cond]
+    assert not missing
+    for k in ("output_size", "render_dpi", "pencils", "background", "hand", "colour_cast"):
+        assert k in cond
+    assert set(cond["pencils"]) >= set(PENCIL_COLOURS) | {"graphite"}
+    assert cond["output_size"] == photo.truth["image_size"]
+    json.dumps(photo.truth)  # JSON-serialisable throughout
+
+
+# --- truth geometry --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_truth_homography_maps_markers_onto_the_photo(crypts, seed):
+    photo = simulate_photo(crypts, random_marks(crypts, np.random.default_rng(seed)), seed=seed,
+                           preset="easy", overrides={"output_long_side": 1400, "k1": 0.0, "k2": 0.0})
+    assert photo.truth["homography_exact"]
+    found = _detect(_decode(photo.jpeg), crypts.aruco_dictionary)
+    assert len(found) >= 3, f"only markers {sorted(found)} detected"
+    for m in crypts.markers:
+        if m.id in found:
+            err = np.abs(_apply_h(photo.truth["homography"], m.corners_mm()) - found[m.id]).max()
+            assert err < 1.5, f"marker {m.id}: homography off by {err:.2f} px"
+
+
+def test_curled_distorted_photo_truth_maps_marker_corners(reefs):
+    """With curl and lens distortion the homography is not exact; the mapped points are."""
+    over = {"output_long_side": 1400, "curl_type": "bend", "curl_amount_mm": 15.0,
+            "curl_position": 0.5, "curl_axis": "x", "k1": -0.12, "tilt_deg": 25.0,
+            "defocus_px": 0.0, "motion_px": 0.0, "shadow": 0.0, "cutoff": 0.0}
+    photo = simulate_photo(reefs, {}, seed=3, preset="hard", overrides=over)
+    t = photo.truth
+    assert not t["homography_exact"]
+    found = _detect(_decode(photo.jpeg), reefs.aruco_dictionary)
+    assert len(found) >= 3
+    worst_h = 0.0
+    for m in reefs.markers:
+        if m.id in found:
+            err = np.abs(np.array(t["marker_corners_px"][str(m.id)]) - found[m.id]).max()
+            assert err < 2.0, f"marker {m.id}: mapped corners off by {err:.2f} px"
+            worst_h = max(worst_h, np.abs(_apply_h(t["homography"], m.corners_mm()) - found[m.id]).max())
+    assert worst_h > 3, "curl/distortion had no visible effect"
+
+
+def test_camera_inverse_undoes_forward():
+    cam = PageCamera(page_mm=(297, 210), size=(1200, 900), rotation_deg=37, tilt_deg=30,
+                     tilt_axis_deg=70, focal_35mm=28, fill=0.8, offset=(0.2, -0.3), k1=-0.1,
+                     k2=0.02, curl={"type": "fold", "amount_mm": 6, "axis": "y",
+                                    "position": 0.4, "width_mm": 50})
+    mm = np.random.default_rng(0).uniform([0, 0], [297, 210], (200, 2))
+    assert np.abs(cam.inverse(cam.forward(mm)) - mm).max() < 1e-3
+    flat = PageCamera(page_mm=(297, 210), size=(1200, 900), rotation_deg=0, tilt_deg=20,
+                      tilt_axis_deg=0, focal_35mm=28, fill=0.8, offset=(0, 0), k1=0, k2=0,
+                      curl={"type": "none"})
+    assert np.abs(_apply_h(flat.homography, mm) - flat.forward(mm)).max() < 1e-6
+
+
+def test_rotation_180_puts_the_top_left_marker_bottom_right(crypts):
+    photo = simulate_photo(crypts, {}, seed=1, preset="easy",
+                           overrides={"rotation_deg": 180, "output_long_side": 1200, "offset_x": 0.0,
+                                      "offset_y": 0.0})
+    w, h = photo.truth["image_size"]
+    tl = next(m for m in crypts.markers if m.corner == "top_left")
+    found = _detect(_decode(photo.jpeg), crypts.aruco_dictionary)
+    assert tl.id in found
+    cx, cy = found[tl.id].mean(0)
+    assert cx > w / 2 and cy > h / 2
+
+
+def test_cutoff_puts_a_page_corner_out_of_frame(crypts):
+    photo = simulate_photo(crypts, {}, seed=2, preset="easy",
+                           overrides={"cutoff": 0.15, "cutoff_corner": 2, **SMALL})
+    w, h = photo.truth["image_size"]
+    corners = np.array(photo.truth["page_corners_px"])
+    outside = (corners[:, 0] < 0) | (corners[:, 0] > w) | (corners[:, 1] < 0) | (corners[:, 1] > h)
+    assert outside.any()
+    normal = simulate_photo(crypts, {}, seed=2, preset="easy", overrides=SMALL)
+    c = np.array(normal.truth["page_corners_px"])
+    assert ((c >= 0) & (c <= [w, h])).all(), "by default the whole sheet is in view"
+
+
+# --- painting --------------------------------------------------------------------------------
+
+def test_painted_regions_change_pixels_and_empty_ones_do_not(crypts):
+    dpi = 100.0
+    blank = render_blank(crypts, dpi=dpi)
+    rng = np.random.default_rng(0)
+    marks = random_marks(crypts, rng, fill=0.5)
+    cond = sample_conditions("typical", np.random.default_rng(1), {"hand.stray_marks": 0,
+                                                                   "hand.pressure": 0.8})
+    pencils = pencils_for(cond, np.random.default_rng(2))
+    painted = paint_sheet(blank, crypts, marks, dpi=dpi, rng=np.random.default_rng(3),
+                          pencils=pencils, hand=cond["hand"])
+    assert painted.shape == blank.shape and painted.dtype == np.uint8
+    diff = np.abs(painted.astype(int) - blank.astype(int)).sum(-1)
+    s = dpi / 25.4
+    checked = {"marked": 0, "empty": 0}
+    for r in crypts.readable_regions():
+        x0, y0, x1, y1 = (np.array(r.shape.bbox()) * s).astype(int)
+        m = int(s)  # 1 mm in: a neighbour's overshoot may touch the border
+        inner = diff[y0 + m:y1 - m, x0 + m:x1 - m]
+        if marks[r.id] == "empty":
+            assert inner.mean() < 6, f"empty region {r.id} changed by {inner.mean():.1f}"
+            checked["empty"] += 1
+        else:
+            assert inner.mean() > 25, f"{marks[r.id]} region {r.id} barely changed ({inner.mean():.1f})"
+            checked["marked"] += 1
+    assert checked["marked"] > 10 and checked["empty"] > 10
+
+
+def test_pencil_colour_is_the_pencil_not_paint(crypts):
+    """A heavy-handed fill is close to the pencil's colour yet shows paper grain (not flat)."""
+    dpi = 150.0
+    blank = render_blank(crypts, dpi=dpi)
+    box = next(r for r in crypts.readable_regions() if r.kind == "box")
+    pencils = {"orange": [240, 120, 40], "red": [200, 40, 50], "blue": [40, 90, 180],
+               "green": [40, 140, 70], "purple": [120, 60, 150], "graphite": [90, 90, 95]}
+    hand = {**sample_hand(np.random.default_rng(0)), "pressure": 1.0, "style": "hatch",
+            "style_loyalty": 1.0, "stray_marks": 0, "spacing_mm": 0.5, "stroke_width_mm": 0.7}
+    painted = paint_sheet(blank, crypts, {box.id: "blue"}, dpi=dpi, rng=np.random.default_rng(1),
+                          pencils=pencils, hand=hand)
+    s = dpi / 25.4
+    x0, y0, x1, y1 = (np.array(box.shape.bbox()) * s).astype(int)
+    inner = painted[y0 + 3:y1 - 3, x0 + 3:x1 - 3].reshape(-1, 3).astype(float)
+    med = np.median(inner, 0)
+    assert med[2] > med[0] + 40, f"not blue: {med}"
+    assert inner[:, 0].std() > 8, "a flat fill: no grain or gaps"
+
+
+def test_bad_marks_are_clear_errors(crypts):
+    with pytest.raises(StateError, match="unknown region 'nope'"):
+        simulate_photo(crypts, {"nope": "red"}, seed=0)
+    rid = crypts.readable_regions()[0].id
+    with pytest.raises(StateError, match="cannot carry mark 'pink'"):
+        simulate_photo(crypts, {rid: "pink"}, seed=0)
+
+
+def test_random_marks_respect_allowed_marks(reefs):
+    for seed in range(5):
+        marks = random_marks(reefs, np.random.default_rng(seed), fill=0.6)
+        assert set(marks) == {r.id for r in reefs.readable_regions()}
+        for rid, m in marks.items():
+            r = reefs.region(rid)
+            assert m in r.marks
+            if r.kind == "swatch":
+                assert m in ("empty", r.meaning["colour"])
+    assert set(random_marks(reefs, np.random.default_rng(0), fill=0.0).values()) <= {"empty", "orange", "red",
+                                                                                     "blue", "green", "purple"}
+    with pytest.raises(ValueError, match="fill must be within"):
+        random_marks(reefs, np.random.default_rng(0), fill=1.5)
+
+
+# --- presets, overrides, brands --------------------------------------------------------------
+
+def test_overrides_are_respected_and_bad_ones_rejected():
+    c = sample_conditions("hard", np.random.default_rng(0),
+                          {"rotation_deg": "90", "jpeg_quality": 77, "hand.style": "scribble"})
+    assert c["rotation_deg"] == 90.0 and c["jpeg_quality"] == 77 and c["hand"]["style"] == "scribble"
+    with pytest.raises(SimulatorError, match="unknown condition.*nonsense"):
+        sample_conditions("easy", np.random.default_rng(0), {"nonsense": 1})
+    with pytest.raises(SimulatorError, match="must be a number"):
+        sample_conditions("easy", np.random.default_rng(0), {"tilt_deg": "steep"})
+    with pytest.raises(SimulatorError, match="background 'moon' is not one of"):
+        sample_conditions("easy", np.random.default_rng(0), {"background": "moon"})
+    with pytest.raises(SimulatorError, match="unknown preset 'extreme'"):
+        sample_conditions("extreme", np.random.default_rng(0))
+
+
+def test_presets_differ_in_difficulty():
+    draws = {p: [sample_conditions(p, np.random.default_rng(s)) for s in range(40)] for p in PRESETS}
+    tilt = {p: max(c["tilt_deg"] for c in d) for p, d in draws.items()}
+    assert tilt["easy"] <= 8 < tilt["typical"] <= 25 < tilt["hard"] <= 40
+    assert any(c["curl_type"] != "none" for c in draws["hard"])
+    assert all(c["curl_type"] == "none" for c in draws["easy"])
+    # mixed: every typical draw is distinct
+    assert len({c["rotation_deg"] for c in draws["typical"]}) == 40
+
+
+def test_brands_span_the_real_range_of_each_colour():
+    brands = load_brands()["brands"]
+    assert len(brands) >= 5
+
+    def hue(rgb):
+        h = cv2.cvtColor(np.uint8([[rgb]]), cv2.COLOR_RGB2HSV_FULL)[0, 0, 0]
+        return int(h) * 360 / 256
+
+    for colour in PENCIL_COLOURS:
+        values = [b["pencils"][colour] for b in brands.values()]
+        assert len({tuple(v) for v in values}) == len(values), f"{colour}: brands repeat a colour"
+        lum = [sum(v) for v in values]
+        assert max(lum) - min(lum) > 90, f"{colour}: light and dark pencils both needed"
+    blues = [hue(b["pencils"]["blue"]) for b in brands.values()]
+    assert all(190 < h < 250 for h in blues)
+
+
+def test_colour_temperature_is_warm_to_neutral():
+    warm, day = colour_temperature_rgb(2700), colour_temperature_rgb(6500)
+    assert warm[0] > 1.5 and warm[2] < 0.5
+    assert np.allclose(day, 1, atol=0.1)
+
+
+# --- command ---------------------------------------------------------------------------------
+
+def test_simulate_command_writes_photos_and_truth(tmp_path, capsys):
+    rc = main(["simulate", "crypts-2", "--random", "--seed", "7", "--count", "2", "--preset", "easy",
+               "--set", "output_long_side=500", "--set", "rotation_deg=180", "--out", str(tmp_path)])
+    assert rc == 0
+    for seed in (7, 8):
+        jpg = tmp_path / f"crypts-2-easy-s{seed}.jpg"
+        truth = json.loads((tmp_path / f"crypts-2-easy-s{seed}.truth.json").read_text())
+        assert _decode(jpg.read_bytes()).shape[:2] == tuple(truth["image_size"][::-1])
+        assert truth["seed"] == seed and truth["conditions"]["rotation_deg"] == 180.0
+        assert truth["marks_source"] == "random"
+
+
+def test_simulate_command_game_marks_are_legal(tmp_path):
+    from scoring.registry import engine_for
+    t = get_template("reefs-1")
+    rc = main(["simulate", "reefs-1", "--game", "--seed", "2", "--set", "output_long_side=500",
+               "--no-markers", "--out", str(tmp_path)])
+    assert rc == 0
+    truth = json.loads((tmp_path / "reefs-1-typical-s2.truth.json").read_text())
+    assert truth["markers"] is False and truth["marker_corners_px"] == {}
+    engine = engine_for(t.game)
+    state = engine.state_from_marks(t, truth["marks"])
+    assert engine.state_to_marks(state) == truth["marks"]
+    assert sum(m != "empty" for m in truth["marks"].values()) > 10
+
+
+def test_simulate_command_errors(tmp_path, capsys):
+    bad = tmp_path / "m.json"
+    bad.write_text('{"cell.r1.c1": "pink"}')
+    assert main(["simulate", "crypts-1", "--marks", str(bad), "--out", str(tmp_path)]) == StateError.exit_code
+    assert "cannot carry mark 'pink'" in capsys.readouterr().err
+    assert main(["simulate", "crypts-1", "--random", "--set", "oops", "--out", str(tmp_path)]) == SimulatorError.exit_code
+    assert "is not KEY=VALUE" in capsys.readouterr().err
+    assert main(["simulate", "crypts-1", "--marks", str(tmp_path / "missing.json"),
+                 "--out", str(tmp_path)]) == 50
+    assert "cannot read marks file" in capsys.readouterr().err
