@@ -351,13 +351,16 @@ def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, floa
         return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 88.0, "paper_l": 100.0}
     C = np.hypot(lab_paper[:, 1], lab_paper[:, 2])
     L = lab_paper[:, 0]
-    c995 = float(np.quantile(C, 0.995))
+    # Robust noise scales (median and MAD): the paper mask may catch a little print bleed or
+    # a stray stroke, which must not raise the thresholds for the whole sheet.
+    c_med = float(np.median(C))
+    c_sd = 1.4826 * float(np.median(np.abs(C - c_med)))
     l_med = float(np.median(L))
-    l005 = float(np.quantile(L, 0.005))
-    chroma = max(palette.min_chroma, 1.15 * c995 + 2.0)
-    drop = max(9.0, 1.3 * (l_med - l005) + 3.0)
-    return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_c995": c995,
-            "paper_l005": l005}
+    l_sd = 1.4826 * float(np.median(np.abs(L - l_med)))
+    chroma = max(palette.min_chroma, c_med + 6.0 * c_sd + 2.0)
+    drop = max(9.0, 6.0 * l_sd + 3.0)
+    return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_chroma": c_med,
+            "paper_chroma_sd": c_sd, "paper_l_sd": l_sd}
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
