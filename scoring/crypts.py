@@ -94,6 +94,9 @@ class Mark(str, Enum):
 
 
 COLOUR_MARKS: tuple[Mark, ...] = tuple(Mark(c) for c in PENCIL_COLOURS)
+# plain dict lookups: the Enum properties are slow in the scoring loops
+_CI: dict[Mark, int] = {m: m.colour_index for m in Mark}
+_COLOURED: frozenset[Mark] = frozenset(COLOUR_MARKS)
 
 #: One letter per mark in the hand-typed JSON grid (docs/state_crypts.md).
 LETTER_OF: dict[Mark, str] = {Mark.EMPTY: ".", Mark.ORANGE: "o", Mark.RED: "r", Mark.BLUE: "b",
@@ -122,11 +125,19 @@ class LineSpec:
         return f"{self.kind} {self.index}"
 
     def box_ids(self) -> tuple[str, ...]:
-        return tuple(b for k in GROUP_KINDS for b, _ in self.boxes.get(k, ()))
+        got = self.__dict__.get("_box_ids")  # memo: the line never changes
+        if got is None:
+            got = tuple(b for k in GROUP_KINDS for b, _ in self.boxes.get(k, ()))
+            object.__setattr__(self, "_box_ids", got)
+        return got
 
     def caps(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """Points of each slot, per group kind (the DP's key)."""
-        return tuple(tuple(p for _, p in self.boxes.get(k, ())) for k in GROUP_KINDS)  # type: ignore
+        got = self.__dict__.get("_caps")
+        if got is None:
+            got = tuple(tuple(p for _, p in self.boxes.get(k, ())) for k in GROUP_KINDS)
+            object.__setattr__(self, "_caps", got)
+        return got  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -545,18 +556,18 @@ def solve_line(colours: tuple[int, ...], caps: tuple[tuple[int, ...], ...]) -> L
 
 
 def line_colours(state_cells: tuple[Mark, ...], line: LineSpec) -> tuple[int, ...]:
-    return tuple(state_cells[i].colour_index for i in line.cells)
+    return tuple(_CI[state_cells[i]] for i in line.cells)
 
 
 def find_grids(lay: Layout, cells: tuple[Mark, ...]) -> dict[int, tuple[int, ...]]:
     """For each colour index with a 2x2 block of that colour, the first block (cell positions)."""
     found: dict[int, tuple[int, ...]] = {}
     for (r, c), i in lay.pos_of.items():
-        ci = cells[i].colour_index
+        ci = _CI[cells[i]]
         if ci < 0 or ci in found:
             continue
         quad = [lay.pos_of.get(rc) for rc in ((r, c + 1), (r + 1, c), (r + 1, c + 1))]
-        if all(q is not None and cells[q].colour_index == ci for q in quad):
+        if all(q is not None and _CI[cells[q]] == ci for q in quad):
             found[ci] = (i, *quad)  # type: ignore[arg-type]
     return dict(sorted(found.items(), key=lambda kv: min(kv[1])))
 
@@ -582,9 +593,9 @@ def solve(state: State) -> _Solved:
     formed = find_grids(lay, state.cells)
     grids = tuple(list(formed.items())[:len(lay.grid_boxes)])
     stars: dict[str, bool] = {}
-    for kind, group in (("all_rows", lay.rows), ("all_columns", lay.columns)):
+    for kind, group in (("all_rows", "row"), ("all_columns", "column")):
         # a line without point boxes on the sheet (none printed) takes no part in the condition
-        scored = [sol.best > 0 for ln, sol in lines if ln in group and ln.box_ids()]
+        scored = [sol.best > 0 for ln, sol in lines if ln.kind == group and ln.box_ids()]
         stars[kind] = bool(scored) and all(scored)
     stars["three_grids"] = len(grids) >= 3
     return _Solved(lines, grids, len(formed), stars)
@@ -607,8 +618,11 @@ def score(state: State) -> Breakdown:
     One line per row and per column (its best groups, the cells forming them and the point
     boxes they fill), the 2x2 grids at level 3, and the bonus stars.
     """
+    return _score(state, solve(state))
+
+
+def _score(state: State, sol: _Solved) -> Breakdown:
     lay = state.layout
-    sol = solve(state)
     out: list[Line] = []
     for ln, s in sol.lines:
         used = {k: 0 for k in GROUP_KINDS}
@@ -643,7 +657,7 @@ def score(state: State) -> Breakdown:
 
 
 def _coloured(m: Mark) -> bool:
-    return m.is_colour
+    return (m in _COLOURED)
 
 
 def claimed(state: State) -> Breakdown:
@@ -695,7 +709,7 @@ def outline_deficits(state: State) -> tuple[dict[int, int], list[int]]:
     ob = [0] * 5
     obliged = []
     for i, m in enumerate(state.cells):
-        ci = m.colour_index
+        ci = _CI[m]
         if ci < 0:
             continue
         n[ci] += 1
@@ -714,9 +728,9 @@ def sheet_full(state: State) -> bool:
 def audit(state: State) -> Audit:
     """Score, claim and every rule the sheet breaks (a sheet that breaks rules is still scored)."""
     lay = state.layout
-    rules = score(state)
-    claim = claimed(state)
     sol = solve(state)
+    rules = _score(state, sol)
+    claim = claimed(state)
     findings: list[Finding] = []
 
     # left to right, row by row
@@ -741,12 +755,12 @@ def audit(state: State) -> Audit:
     total_missing = sum(missing.values())
     if total_missing and not (sheet_full(state) and total_missing == 1):
         for ci, k in missing.items():
-            cells = [lay.cell_ids[i] for i in obliged if state.cells[i].colour_index == ci]
+            cells = [lay.cell_ids[i] for i in obliged if _CI[state.cells[i]] == ci]
             findings.append(_finding(
                 "crypts.outline_extra",
                 f"{len(cells)} outlined symbol(s) coloured {PENCIL_COLOURS[ci]} oblige as many "
                 f"further {PENCIL_COLOURS[ci]} symbols, but only "
-                f"{sum(1 for m in state.cells if m.colour_index == ci) - 1} other "
+                f"{sum(1 for m in state.cells if _CI[m] == ci) - 1} other "
                 f"{PENCIL_COLOURS[ci]} symbol(s) can serve: {k} extra symbol(s) missing"
                 + (" (a full sheet excuses one: the game ends at the last symbol)"
                    if sheet_full(state) else ""), cells))
@@ -822,8 +836,9 @@ def audit(state: State) -> Audit:
                 why = f"only {len(sol.grids)} grid(s) score"
                 ev = [sid]
             else:
-                group = lay.rows if kind == "all_rows" else lay.columns
-                empty = [ln for ln, s in sol.lines if ln in group and ln.box_ids() and s.best == 0]
+                group = "row" if kind == "all_rows" else "column"
+                empty = [ln for ln, s in sol.lines
+                         if ln.kind == group and ln.box_ids() and s.best == 0]
                 why = "no point box can be filled in " + ", ".join(ln.label for ln in empty)
                 ev = [sid] + [lay.cell_ids[i] for ln in empty for i in ln.cells]
             findings.append(_finding("crypts.bonus_unearned",
