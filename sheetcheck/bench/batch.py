@@ -1,0 +1,121 @@
+"""``sheetcheck bench batch --count N``: batch throughput on simulated 12 MP photos.
+
+Simulating a 12 MP photo costs several seconds, so the corpus is made from a few simulated
+photos (different games, levels, seeds and conditions), each re-encoded as several distinct
+JPEG files (other quality settings and a comment: distinct bytes and hashes, every one a full
+12 MP JPEG the checker decodes and reads in full). Then, in one run on this machine:
+
+* the single-photo rate: photos checked one after another in this process, exactly as a batch
+  worker checks them (report, overlay, thumbnail);
+* the batch: ``run_batch`` over all N photos with every core, into a fresh report folder;
+* the ratio of the two: how well the batch scales over the cores (ideal = the core count).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+TEMPLATES = ("crypts-1", "crypts-2", "crypts-3", "reefs-1", "reefs-2", "reefs-3")
+TWELVE_MP = {"output_long_side": 4000, "aspect": 4 / 3}
+
+
+def _simulate(args) -> tuple[str, bytes, "object"]:
+    """One simulated 12 MP photo of a legal game: (name, rgb image as PNG-free array, truth)."""
+    tid, seed, preset = args
+    from calibration.template import get_template
+    from scoring.registry import engine_for
+    from sheetcheck.simulator import simulate_photo
+    t = get_template(tid)
+    e = engine_for(t.game)
+    marks = e.state_to_marks(e.simulate_game(t, seed=seed))
+    p = simulate_photo(t, marks, seed=seed, preset=preset, overrides=TWELVE_MP)
+    return f"{tid}-s{seed}-{preset}", p.jpeg, p.image
+
+
+def _variants(image, name: str, n: int, start: int) -> list[tuple[str, bytes]]:
+    from PIL import Image
+    im = Image.fromarray(image)
+    out = []
+    for j in range(n):
+        buf = io.BytesIO()
+        # a different quality and a unique comment: a distinct file of the same scene
+        im.save(buf, "JPEG", quality=84 + (start + j) % 12, comment=f"sheetcheck bench {name} {j}")
+        out.append((f"{name}-v{j:03d}.jpg", buf.getvalue()))
+    return out
+
+
+def make_corpus(folder: Path, count: int, *, distinct: int = 12, workers: int | None = None) -> list[Path]:
+    """Write ``count`` distinct 12 MP JPEGs into ``folder`` from ``distinct`` simulated scenes."""
+    jobs = [(TEMPLATES[i % len(TEMPLATES)], 100 + i, ("easy", "typical", "hard")[i % 3])
+            for i in range(min(distinct, count))]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    per = -(-count // len(jobs))
+    with ProcessPoolExecutor(workers or os.cpu_count()) as ex:
+        for k, (name, jpeg, image) in enumerate(ex.map(_simulate, jobs)):
+            for fname, data in _variants(image, name, min(per, count - len(paths)), k):
+                p = folder / fname
+                p.write_bytes(data)
+                paths.append(p)
+    return paths
+
+
+def run(args) -> int:
+    from sheetcheck.batch.runner import check_job, run_batch
+
+    count = args.count or 200
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="sheetcheck-bench-") as tmp:
+        tmp = Path(tmp)
+        t0 = time.perf_counter()
+        print(f"simulating {count} photos of 12 MP ...", file=sys.stderr)
+        paths = make_corpus(tmp / "photos", count)
+        t_make = time.perf_counter() - t0
+        mb = sum(p.stat().st_size for p in paths) / 1e6
+
+        # single photo, one after another in this process (as a worker does it)
+        n_single = min(len(paths), max(6, cores * 3))
+        check_job(paths[0].name, paths[0].read_bytes())       # warm: imports, sheet models
+        times = []
+        ok = 0
+        for p in paths[1:n_single + 1]:
+            s = time.perf_counter()
+            r = check_job(p.name, p.read_bytes())
+            times.append(time.perf_counter() - s)
+            ok += "report" in r
+        single_rate = len(times) / sum(times)
+
+        # the batch, every core
+        s = run_batch(tmp / "photos", tmp / "report", workers=cores, show_progress=True)
+        batch_rate = s.processed / s.seconds
+        fig = {
+            "photos": s.processed, "megapixels": 12, "corpus_mb": round(mb, 1),
+            "cores": cores, "corpus_seconds": round(t_make, 1),
+            "single_photo_seconds_median": round(statistics.median(times), 3),
+            "single_rate_sheets_per_s": round(single_rate, 3),
+            "single_checked_ok": f"{ok}/{len(times)}",
+            "batch_seconds": round(s.seconds, 2),
+            "batch_rate_sheets_per_s": round(batch_rate, 3),
+            "speedup_over_single": round(batch_rate / single_rate, 2),
+            "scaling_efficiency": round(batch_rate / single_rate / cores, 2),
+            "verdicts": s.verdicts, "errors": s.errors,
+        }
+    print(f"batch of {fig['photos']} 12 MP photos on {cores} cores: "
+          f"{fig['batch_rate_sheets_per_s']:.2f} sheets/s ({fig['batch_seconds']:.1f} s)")
+    print(f"single photo: {fig['single_rate_sheets_per_s']:.2f} sheets/s "
+          f"(median {fig['single_photo_seconds_median'] * 1000:.0f} ms per photo, with overlay "
+          f"and thumbnail)")
+    print(f"batch over single: x{fig['speedup_over_single']:.2f} "
+          f"({fig['scaling_efficiency']:.0%} of ideal on {cores} cores)")
+    print(f"verdicts: {fig['verdicts']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(fig, indent=2) + "\n", encoding="utf-8")
+    return 0
