@@ -111,7 +111,8 @@ def test_conditions_are_all_recorded(crypts):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_truth_homography_maps_markers_onto_the_photo(crypts, seed):
     photo = simulate_photo(crypts, random_marks(crypts, np.random.default_rng(seed)), seed=seed,
-                           preset="easy", overrides={"output_long_side": 1400, "k1": 0.0, "k2": 0.0})
+                           preset="easy", overrides={"output_long_side": 1400, "k1": 0.0, "k2": 0.0,
+                                                     "photo_orientation": "match"})
     assert photo.truth["homography_exact"]
     found = _detect(_decode(photo.jpeg), crypts.aruco_dictionary)
     assert len(found) >= 3, f"only markers {sorted(found)} detected"
@@ -125,7 +126,8 @@ def test_curled_distorted_photo_truth_maps_marker_corners(reefs):
     """With curl and lens distortion the homography is not exact; the mapped points are."""
     over = {"output_long_side": 1400, "curl_type": "bend", "curl_amount_mm": 15.0,
             "curl_position": 0.5, "curl_axis": "x", "k1": -0.12, "tilt_deg": 25.0,
-            "defocus_px": 0.0, "motion_px": 0.0, "shadow": 0.0, "cutoff": 0.0}
+            "defocus_px": 0.0, "motion_px": 0.0, "shadow": 0.0, "cutoff": 0.0,
+            "photo_orientation": "match", "fill": 0.8}
     photo = simulate_photo(reefs, {}, seed=3, preset="hard", overrides=over)
     t = photo.truth
     assert not t["homography_exact"]
@@ -155,8 +157,8 @@ def test_camera_inverse_undoes_forward():
 
 def test_rotation_180_puts_the_top_left_marker_bottom_right(crypts):
     photo = simulate_photo(crypts, {}, seed=1, preset="easy",
-                           overrides={"rotation_deg": 180, "output_long_side": 1200, "offset_x": 0.0,
-                                      "offset_y": 0.0})
+                           overrides={"rotation_deg": 180, "output_long_side": 1400, "offset_x": 0.0,
+                                      "offset_y": 0.0, "photo_orientation": "match"})
     w, h = photo.truth["image_size"]
     tl = next(m for m in crypts.markers if m.corner == "top_left")
     found = _detect(_decode(photo.jpeg), crypts.aruco_dictionary)

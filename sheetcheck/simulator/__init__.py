@@ -17,6 +17,7 @@ import json
 import math
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -92,9 +93,14 @@ def random_marks(template, rng: np.random.Generator, *, fill: float = 0.5) -> di
     return out
 
 
-def _streams(seed: int, n: int) -> list[np.random.Generator]:
-    """Independent random streams, so fixing one condition does not reshuffle the others."""
-    return [np.random.default_rng(s) for s in np.random.SeedSequence(int(seed)).spawn(n)]
+def _streams(seed: int, n: int, *salt: str) -> list[np.random.Generator]:
+    """Independent random streams, so fixing one condition does not reshuffle the others.
+
+    The template id and preset are mixed in, so that seed 3 of one sheet or preset is not the
+    same camera and background as seed 3 of another.
+    """
+    key = [int(seed) & 0xFFFFFFFF] + [zlib.crc32(x.encode()) for x in salt]
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(key).spawn(n)]
 
 
 def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str = "typical",
@@ -129,7 +135,7 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     t0 = time.perf_counter()
     check_marks(template, marks)
     full = {r.id: marks.get(r.id, "empty") for r in template.readable_regions()}
-    r_cond, r_paint, r_pencil, r_cam = _streams(seed, 4)
+    r_cond, r_paint, r_pencil, r_cam = _streams(seed, 4, template.id, str(preset))
     cond = sample_conditions(preset, r_cond, overrides)
     ls = cond["output_long_side"]
     ss = int(round(ls / cond["aspect"]))

@@ -55,12 +55,12 @@ def make_background(name: str, size: tuple[int, int], rng: np.random.Generator) 
         raise ValueError(f"unknown background {name!r}; choose from {', '.join(BACKGROUNDS)}")
     W, H = size
     # textures are made at a reduced size and scaled up: a background is out of focus anyway
-    w, h = max(64, W // 4), max(64, H // 4)
+    w, h = max(64, W // 3), max(64, H // 3)
     params: dict = {"name": name}
     if name in PHOTO_BACKGROUNDS:
         src = _photo(name)
         sh, sw = src.shape[:2]
-        frac = rng.uniform(0.45, 1.0)
+        frac = rng.uniform(0.55, 1.0)
         ch = int(sh * frac)
         cw = min(sw, int(ch * w / h))
         ch = min(sh, int(cw * h / w))
@@ -87,8 +87,10 @@ def make_background(name: str, size: tuple[int, int], rng: np.random.Generator) 
         n = cv2.GaussianBlur(rng.standard_normal((h, w)).astype(np.float32), (0, 0), 2)
         img *= (1 + 0.05 * n)[..., None]
         params["colour"] = [round(float(c), 3) for c in base]
+    # cubic: a linear upscale of a small source shows its pixel grid as blocks
     img = cv2.resize(np.ascontiguousarray(np.clip(img, 0, 1), np.float32), (W, H),
-                     interpolation=cv2.INTER_LINEAR)
+                     interpolation=cv2.INTER_CUBIC)
+    np.clip(img, 0, 1, out=img)
     return img, params
 
 
