@@ -674,7 +674,20 @@ def _trails(lay: Layout, edges: Iterable[str], starts: list[str]) -> list[list[s
         start = next(v for v in order if v in sub and (len(sub[v]) % 2 or v in starts)) \
             if any(v in sub and (len(sub[v]) % 2 or v in starts) for v in order) \
             else next(v for v in order if v in sub)
-        trail = _euler(sub, start)
+        comp = next(c for c in _components(sub) if start in c)
+        odd = [v for v in comp if len(sub[v]) % 2]
+        if not odd or (len(odd) == 2 and start in odd):
+            trail = _euler(sub, start)
+        else:
+            # no single trail covers this piece (a branch): walk until stuck, then go again
+            trail, v, used = [start], start, set()
+            while True:
+                nxt = next(((e, w) for e, w in sub[v] if e not in used), None)
+                if nxt is None:
+                    break
+                used.add(nxt[0])
+                v = nxt[1]
+                trail.append(v)
         trails.append(trail)
         for a, b in zip(trail, trail[1:]):
             remaining.discard(lay.conn_by_pair[frozenset((a, b))])

@@ -476,6 +476,9 @@ def test_simulated_games_are_legal_and_round_trip(level):
             missed.append(kind)
             continue
         assert VIOLATION_RULES[kind] in rules_found(reefs.audit(bad)), (level, seed, kind)
+        # broken sheets (branches, pieces) round-trip too
+        assert reefs.state_from_json(json.loads(json.dumps(reefs.state_to_json(bad)))) == bad
+        assert reefs.state_from_marks(t, reefs.state_to_marks(bad)) == bad
     # injection finds room on nearly every sheet
     assert len(missed) < GAMES_PER_LEVEL // 10, missed
 
