@@ -492,3 +492,19 @@ def test_line_solver_matches_brute_force(colours, caps):
     cells = [c for g in s.groups for c in g[2]]
     assert len(cells) == len(set(cells))  # no symbol in two groups
     assert s.allows(s.counts)
+
+
+def test_marion_28_points_and_10_bonus_make_38():
+    # rulebook: "Marion has scored points in every row ... likewise ... in every column ...
+    # Marion now has 28 points and 10 bonus points, so her total score is 38 points."
+    grid = ["oorbgpor",   # rows 1 and 2 alike: a pair in every column (8 x 2 = 16)
+            "oorbgpor",   # and a pair in each of these rows (2 + 2)
+            "bbogrorb",   # one pair (2)
+            "ggbrobgp",   # one pair (2)
+            "rrgopobb"]   # two pairs (4)
+    st = sheet(1, grid, careful=True)
+    a = audit(st)
+    lines = sum(l.points for l in a.rules.lines if l.section in ("rows", "columns"))
+    bonus = sum(l.points for l in a.rules.lines if l.section == "bonus")
+    assert (lines, bonus, a.rules.total) == (28, 10, 38)
+    assert a.findings == () and a.claimed.total == 38
