@@ -508,3 +508,19 @@ def test_marion_28_points_and_10_bonus_make_38():
     bonus = sum(l.points for l in a.rules.lines if l.section == "bonus")
     assert (lines, bonus, a.rules.total) == (28, 10, 38)
     assert a.findings == () and a.claimed.total == 38
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.randoms(use_true_random=False))
+def test_random_marks_round_trip_and_effects_explain_the_difference(level, rnd):
+    # arbitrary (mostly illegal) sheets: the forms round-trip and the audit stays consistent
+    t = T(level)
+    marks = {r.id: rnd.choice(r.marks) for r in t.regions if r.readable}
+    s = crypts.state_from_marks(t, marks)
+    assert crypts.state_from_marks(t, crypts.state_to_marks(s)) == s
+    assert state_from_json(state_to_json(s)) == s
+    a = audit(s)
+    assert a.difference == sum(f.effect for f in a.findings)
+    for f in a.findings:
+        assert f.rule in crypts.RULE_TEXT and f.rule_text.startswith("\"")
+        assert all(t.region(r) for r in f.regions)
