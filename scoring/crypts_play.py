@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 from typing import Any
 
 from calibration.template import PENCIL_COLOURS, Template
@@ -77,7 +76,7 @@ class _Sheet:
     def line_value(self, ln) -> int:
         return _engine().solve_line(tuple(self.col[i] for i in ln.cells), ln.caps()).best
 
-    def gain(self, i: int, ci: int, rng: random.Random) -> float:
+    def gain(self, i: int, ci: int) -> float:
         """Score gained by colouring cell i with colour ci, plus a small lure of neighbours."""
         lines = [self.row_of[i], self.column_of[i]]
         before = sum(self.line_value(ln) for ln in lines)
@@ -177,7 +176,7 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None,
             for k, (ci, face) in enumerate(pencils):
                 for cell in sheet.options(face):
                     choices.append((k, cell))
-                    values.append(sheet.gain(cell, ci, rng) + rng.gauss(0, 0.3))
+                    values.append(sheet.gain(cell, ci) + rng.gauss(0, 0.3))
             k, cell = _softmax_pick(rng, choices, values, temp)
             ci, face = pencils.pop(k)
             ev({"event": "pick", "player": "us", "pencil": PENCIL_COLOURS[ci], "face": face})
@@ -203,7 +202,7 @@ def _colour_with_extras(sheet: _Sheet, cell: int, ci: int, rng: random.Random,
         if outline not in ("black", PENCIL_COLOURS[ci]):
             return False
         opts = sheet.open_cells()
-        cell = _softmax_pick(rng, opts, [sheet.gain(c, ci, rng) for c in opts], temp)
+        cell = _softmax_pick(rng, opts, [sheet.gain(c, ci) for c in opts], temp)
 
 
 def _finish_sheet(template: Template, sheet: _Sheet, rng: random.Random):
