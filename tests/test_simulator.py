@@ -127,7 +127,7 @@ def test_curled_distorted_photo_truth_maps_marker_corners(reefs):
     over = {"output_long_side": 1400, "curl_type": "bend", "curl_amount_mm": 15.0,
             "curl_position": 0.5, "curl_axis": "x", "k1": -0.12, "tilt_deg": 25.0,
             "defocus_px": 0.0, "motion_px": 0.0, "shadow": 0.0, "cutoff": 0.0,
-            "photo_orientation": "match", "fill": 0.8}
+            "photo_orientation": "match", "fill": 0.8, "glare": 0.0, "dof_blur_px": 0.0}
     photo = simulate_photo(reefs, {}, seed=3, preset="hard", overrides=over)
     t = photo.truth
     assert not t["homography_exact"]

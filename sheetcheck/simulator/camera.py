@@ -364,12 +364,30 @@ def photograph(sheet_rgb: np.ndarray, *, dpi: float, cam: PageCamera, cond: dict
     light = light[..., None] * (cast * cond["exposure"]).astype(np.float32)
     img *= light
     del light
+    if cond.get("glare", 0) > 0:
+        # a lamp reflected in the paper: a soft bright patch that washes out pencil and ink
+        g = _glare_mask(W, H, rng, extras)
+        g *= cond["glare"]
+        img += g[..., None] * (cast * cond["exposure"]).astype(np.float32)
+        del g
 
     # optics: baseline softness, defocus and motion blur, as one point-spread function
     k = _blur_kernel(cond["defocus_px"], cond["motion_px"], cond["motion_angle_deg"],
                      cond["optics_sigma_px"])
     if k is not None:
         img = cv2.filter2D(img, -1, k, borderType=cv2.BORDER_REFLECT)
+    if cond.get("dof_blur_px", 0) > 0:
+        # shallow depth of field: focused on the page centre, parts nearer or farther (a
+        # steeply tilted page, the table beyond it) get softer with their distance from it
+        depth = _depth_field(cam, mm)
+        w = _upsample(np.clip(np.abs(depth / cam.D - 1) / 0.12, 0, 1)[..., None], W, H, step)
+        if w.ndim == 3:
+            w = w[..., 0]
+        soft = cv2.GaussianBlur(img, (0, 0), cond["dof_blur_px"])
+        soft -= img
+        soft *= w[..., None]
+        img += soft
+        del soft, w
 
     # sensor: shot noise (grows with signal) + read noise (dominates in the dark)
     np.clip(img, 0, 1, out=img)
@@ -392,6 +410,29 @@ def photograph(sheet_rgb: np.ndarray, *, dpi: float, cam: PageCamera, cond: dict
         soft = cv2.GaussianBlur(out, (0, 0), 1.2)
         out = cv2.addWeighted(out, 1 + cond["sharpen"], soft, -cond["sharpen"], 0)
     return out, extras
+
+
+def _depth_field(cam: PageCamera, mm: np.ndarray) -> np.ndarray:
+    """Camera-space depth (mm) of the page point (or table plane) seen at each coarse sample."""
+    pw, ph = cam.page_mm
+    z = cam.height_mm(mm[..., 0], mm[..., 1])
+    P = np.stack([mm[..., 0] - pw / 2, mm[..., 1] - ph / 2, -z], -1)
+    return (P @ cam.R.T)[..., 2] + cam.D
+
+
+def _glare_mask(W, H, rng, extras) -> np.ndarray:
+    """A soft elliptical highlight, (H, W) float32 peaking at 1."""
+    cx, cy = rng.uniform(0.15, 0.85) * W, rng.uniform(0.15, 0.85) * H
+    a, b = rng.uniform(0.06, 0.22) * max(W, H), rng.uniform(0.04, 0.12) * max(W, H)
+    ang = rng.uniform(0, math.pi)
+    k = 4
+    ys, xs = np.mgrid[0:H // k + 1, 0:W // k + 1].astype(np.float32) * k + k / 2
+    u = (xs - cx) * math.cos(ang) + (ys - cy) * math.sin(ang)
+    v = -(xs - cx) * math.sin(ang) + (ys - cy) * math.cos(ang)
+    m = np.exp(-((u / a) ** 2 + (v / b) ** 2) * 2.0).astype(np.float32)
+    extras["glare_ellipse_px"] = [round(cx, 1), round(cy, 1), round(a, 1), round(b, 1),
+                                  round(math.degrees(ang), 1)]
+    return cv2.resize(m, ((W // k + 1) * k, (H // k + 1) * k), interpolation=cv2.INTER_LINEAR)[:H, :W]
 
 
 def _light_field(W, H, cond, rng, extras, step) -> np.ndarray:

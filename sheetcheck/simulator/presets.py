@@ -135,7 +135,8 @@ PRESETS: dict[str, Preset] = {
          "wb_gain_r": U(0.97, 1.03), "wb_gain_b": U(0.97, 1.03), "exposure": U(0.85, 1.0),
          "read_noise": U(0.001, 0.004), "shot_noise": U(0.0003, 0.0015),
          "defocus_px": U(0, 0.7), "motion_px": U(0, 0.9), "optics_sigma_px": U(0.4, 0.7),
-         "sharpen": U(0.2, 0.6), "jpeg_quality": I(85, 95)},
+         "sharpen": U(0.2, 0.6), "jpeg_quality": I(85, 95),
+         "glare": lambda rng: 0.0, "dof_blur_px": lambda rng: 0.0},
         (1.0, 0.0, 0.0), (0, 0), (0, 0),
         {"heavy": (0.6, 1.0), "coverage_min": 0.7, "overshoot_mm": (-0.2, 0.6), "stray_rate": 0.3}),
     "typical": Preset(
@@ -151,7 +152,8 @@ PRESETS: dict[str, Preset] = {
          "wb_gain_r": U(0.92, 1.08), "wb_gain_b": U(0.92, 1.08), "exposure": U(0.75, 1.0),
          "read_noise": U(0.002, 0.008), "shot_noise": U(0.0008, 0.004),
          "defocus_px": U(0, 1.8), "motion_px": maybe(0.4, U(1, 3)), "optics_sigma_px": U(0.5, 0.9),
-         "sharpen": U(0, 0.8), "jpeg_quality": I(70, 92)},
+         "sharpen": U(0, 0.8), "jpeg_quality": I(70, 92),
+         "glare": maybe(0.12, U(0.1, 0.35)), "dof_blur_px": maybe(0.2, U(0.8, 2.0))},
         (0.6, 0.3, 0.1), (2, 10), (1, 4),
         {"heavy": (0.45, 1.0), "coverage_min": 0.5, "overshoot_mm": (-0.4, 1.0), "stray_rate": 1.0}),
     "hard": Preset(
@@ -167,7 +169,8 @@ PRESETS: dict[str, Preset] = {
          "wb_gain_r": U(0.85, 1.15), "wb_gain_b": U(0.85, 1.15), "exposure": U(0.6, 0.95),
          "read_noise": U(0.005, 0.015), "shot_noise": U(0.002, 0.008),
          "defocus_px": U(0.8, 3.0), "motion_px": maybe(0.6, U(1.5, 5)), "optics_sigma_px": U(0.6, 1.0),
-         "sharpen": U(0, 1.0), "jpeg_quality": I(60, 75)},
+         "sharpen": U(0, 1.0), "jpeg_quality": I(60, 75),
+         "glare": maybe(0.3, U(0.2, 0.6)), "dof_blur_px": maybe(0.5, U(1.0, 3.5))},
         (0.3, 0.5, 0.2), (5, 20), (2, 8),
         {"heavy": (0.35, 0.9), "coverage_min": 0.35, "overshoot_mm": (-0.6, 1.6), "stray_rate": 2.0}),
 }
@@ -313,7 +316,7 @@ def _check_values(cond: dict, brands: Mapping) -> None:
         if not 0 <= cond[k] <= 1:
             problems.append(f"{k} {cond[k]} must be 0..1")
     for k in ("defocus_px", "motion_px", "optics_sigma_px", "read_noise", "shot_noise", "sharpen",
-              "curl_amount_mm"):
+              "curl_amount_mm", "glare", "dof_blur_px"):
         if cond[k] < 0:
             problems.append(f"{k} {cond[k]} must not be negative")
     if problems:

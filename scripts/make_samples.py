@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+"""Remake ``sample_photos/``: simulated phone photos of legally played sheets, with truth.
+
+    .venv/bin/python scripts/make_samples.py [--out sample_photos] [--dry-run]
+
+Every photo is made by the ``sheetcheck simulate`` command (the exact command is printed and
+listed in sample_photos/README.md). Marks come from a legal game played by the rules engine
+(``--game``). A photo over the size budget is made again with a lower JPEG quality (the
+override is recorded in its truth and printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MAX_BYTES = 1_000_000
+
+#: (template, preset, seed, markers, extra --set overrides). Covers all six sheets, the three
+#: presets, sheets with and without markers, and the range of output sizes.
+SAMPLES: list[tuple[str, str, int, bool, dict]] = [
+    ("crypts-1", "easy", 1, True, {}),
+    ("crypts-1", "hard", 2, True, {}),
+    ("crypts-1", "typical", 3, False, {"output_long_side": 2048}),
+    ("crypts-2", "typical", 2, True, {"output_long_side": 2048}),
+    ("crypts-2", "easy", 4, True, {"output_long_side": 2000}),
+    ("crypts-3", "typical", 5, True, {"output_long_side": 1600}),
+    ("crypts-3", "hard", 6, False, {}),
+    ("reefs-1", "easy", 7, True, {"output_long_side": 2000}),
+    ("reefs-1", "typical", 8, True, {"output_long_side": 2560}),
+    ("reefs-2", "typical", 9, False, {"output_long_side": 2048}),
+    ("reefs-2", "hard", 10, True, {}),
+    ("reefs-3", "easy", 11, False, {"output_long_side": 1600}),
+    ("reefs-3", "typical", 12, True, {"output_long_side": 2048}),
+    ("reefs-3", "hard", 13, True, {}),
+]
+
+
+def command(template, preset, seed, markers, sets, out) -> list[str]:
+    argv = ["simulate", template, "--game", "--seed", str(seed), "--preset", preset, "--out", str(out)]
+    if not markers:
+        argv.append("--no-markers")
+    for k, v in sets.items():
+        argv += ["--set", f"{k}={v}"]
+    return argv
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--out", default=str(ROOT / "sample_photos"))
+    ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = ap.parse_args(argv)
+    from sheetcheck.cli import main as cli
+
+    out = Path(args.out)
+    for template, preset, seed, markers, sets in SAMPLES:
+        sets = dict(sets)
+        while True:
+            cmd = command(template, preset, seed, markers, sets, out)
+            print("sheetcheck " + " ".join(shlex.quote(a) for a in cmd))
+            if args.dry_run:
+                break
+            rc = cli(cmd)
+            if rc != 0:
+                return rc
+            jpg = out / f"{template}-{preset}-s{seed}.jpg"
+            if jpg.stat().st_size <= MAX_BYTES:
+                break
+            # over budget: the same photo at a lower JPEG quality
+            import json
+            truth = json.loads((out / f"{template}-{preset}-s{seed}.truth.json").read_text())
+            sets["jpeg_quality"] = int(truth["conditions"]["jpeg_quality"]) - 6
+            print(f"  {jpg.name}: {jpg.stat().st_size} bytes > {MAX_BYTES}; again at "
+                  f"jpeg_quality={sets['jpeg_quality']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
