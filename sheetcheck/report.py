@@ -21,6 +21,7 @@ This module is pure: readings in, a frozen :class:`Report` out. The JSON form
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -100,14 +101,17 @@ class Uncertain:
     read: str
     confidence: float
     alternatives: tuple[Alternative, ...]
+    #: what this region's best alternative changes together with the other uncertain regions'
+    #: (set when no region matters alone but the uncertain regions together do)
+    together: tuple[str, ...] = ()
 
     @property
     def matters(self) -> bool:
-        return any(a.changes for a in self.alternatives)
+        return bool(self.together) or any(a.changes for a in self.alternatives)
 
     def to_json(self) -> dict:
         return {"region": self.region, "read": self.read, "confidence": self.confidence,
-                "matters": self.matters,
+                "matters": self.matters, "together": list(self.together),
                 "alternatives": [a.to_json() for a in self.alternatives]}
 
 
@@ -273,6 +277,11 @@ def base_verdict(audit: Audit) -> Verdict:
     return Verdict.OK
 
 
+def _finding_keys(a: Audit) -> frozenset:
+    return frozenset((f.rule, tuple(sorted(f.regions))) for f in a.findings
+                     if f.severity is not Severity.NOTE)
+
+
 def line_differences(rules: Breakdown, claimed: Breakdown) -> tuple[LineDifference, ...]:
     """Breakdown lines whose points differ between the rules and the claim."""
     def by_key(b: Breakdown) -> dict[tuple[str, str], int]:
@@ -351,6 +360,14 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
     audit = engine.audit(engine.state_from_marks(template, marks))
     verdict0 = base_verdict(audit)
 
+    def changes_of(a: Audit) -> tuple[str, ...]:
+        return tuple(name for name, moved in (
+            ("total", a.rules.total != audit.rules.total),
+            ("claimed", a.claimed.total != audit.claimed.total),
+            ("verdict", base_verdict(a) is not verdict0),
+            # the explanation: a finding (or its evidence) that would come or go
+            ("findings", _finding_keys(a) != _finding_keys(audit))) if moved)
+
     uncertain: list[Uncertain] = []
     for rid in sorted(reads):
         r = reads[rid]
@@ -364,13 +381,24 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
             except StateError as e:
                 alts.append(Alternative(mark, p, None, None, None, (), error=e.message))
                 continue
-            v = base_verdict(a)
-            changes = tuple(name for name, moved in (
-                ("total", a.rules.total != audit.rules.total),
-                ("claimed", a.claimed.total != audit.claimed.total),
-                ("verdict", v is not verdict0)) if moved)
-            alts.append(Alternative(mark, p, a.rules.total, a.claimed.total, v, changes))
+            alts.append(Alternative(mark, p, a.rules.total, a.claimed.total, base_verdict(a),
+                                    changes_of(a)))
         uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts)))
+
+    # Regions that do not matter one at a time can matter together (three cells each read
+    # "crossed" instead of a colour: undoing one leaves the others, so nothing moves). Re-score
+    # them all at their best alternatives at once; if that moves anything, all are reviewed.
+    quiet = {u.region: next((a.mark for a in u.alternatives if a.error is None), None)
+             for u in uncertain if not u.matters}
+    quiet = {rid: m for rid, m in quiet.items() if m is not None}
+    if len(quiet) >= 2:
+        try:
+            joint = changes_of(engine.audit(engine.state_from_marks(template, {**marks, **quiet})))
+        except StateError:
+            joint = ()
+        if joint:
+            uncertain = [dataclasses.replace(u, together=joint) if u.region in quiet else u
+                         for u in uncertain]
 
     verdict = Verdict.NEEDS_REVIEW if any(u.matters for u in uncertain) else verdict0
     return Report(template=template, audit=audit, verdict=verdict, marks=marks, reads=dict(reads),

@@ -103,8 +103,39 @@ def test_matters_iff_an_alternative_moves_a_total_or_the_verdict():
     for rid, [(alt, _)] in unc.items():
         a = e.audit(e.state_from_marks(t, {**marks, rid: alt}))
         moved = (a.rules.total != base.rules.total or a.claimed.total != base.claimed.total
-                 or bool(a.findings) != bool(base.findings))
+                 or _rules_broken(a) != _rules_broken(base))
         assert (rid in flagged) == moved, rid
+
+
+def _rules_broken(a):
+    return {(f.rule, tuple(sorted(f.regions))) for f in a.findings if f.severity.value != "note"}
+
+
+@pytest.mark.parametrize("tid", ["crypts-1", "reefs-1"])
+def test_regions_that_matter_only_together_are_reviewed(tid):
+    """Two misreadings that are each harmless alone but move the score together."""
+    t, e, st = _game(tid)
+    marks = e.state_to_marks(st)
+    base = e.audit(e.state_from_marks(t, marks))
+
+    def key(a):
+        return a.rules.total, a.claimed.total, _rules_broken(a)
+
+    quiet = []
+    for rid in sorted(marks):
+        for alt in t.region(rid).marks:
+            if alt != marks[rid] and key(e.audit(e.state_from_marks(t, {**marks, rid: alt}))) == key(base):
+                quiet.append((rid, alt))
+                break
+    pair = next(((a, b) for i, a in enumerate(quiet) for b in quiet[i + 1:i + 40]
+                 if key(e.audit(e.state_from_marks(t, {**marks, a[0]: a[1], b[0]: b[1]}))) != key(base)),
+                None)
+    assert pair is not None, "no such pair on this sheet: choose another seed"
+    (r1, m1), (r2, m2) = pair
+    r = build_report(t, _reads(marks, {r1: [(m1, 0.3)], r2: [(m2, 0.3)]}))
+    assert all(not a.changes for u in r.uncertain for a in u.alternatives)  # harmless alone
+    assert {u.region for u in r.review} == {r1, r2} and r.verdict is Verdict.NEEDS_REVIEW
+    assert all(u.together for u in r.review)
 
 
 def test_no_alternatives_given_tries_every_allowed_mark():
