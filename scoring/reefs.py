@@ -1200,7 +1200,9 @@ def _last_move_ends(state: State) -> bool:
             # those steps may stop on a further whirlpool: follow such chains a few deep
             for w, s in _single_moves(lay, g, at, set(tail)):
                 cands.append((tail + w, s))
-                if (depth < 3 and len(w) == 3 and s in lay.whirlpool_at
+                # (the 3 steps may themselves be cut short by a further whirlpool, so any
+                # walk of up to 3 steps back to a whirlpool of this colour can be such a tail)
+                if (depth < 5 and len(w) <= 3 and s in lay.whirlpool_at
                         and wmark.get(lay.whirlpool_at[s]) == c):
                     extend(tail + w, s, depth + 1)
 
