@@ -329,6 +329,38 @@ def test_played_on_after_the_end():
     assert rules_found(b) == []
 
 
+GREY_END = dict(
+    routes={"blue": ["r1c2", "r1c3", "r2c3", "r3c3", "r3c2", "r4c2", "r5c2", "r5c1"],
+            "green": ["r1c6", "r1c5", "r2c5", "r2c4", "r3c4", "r3c3", "r4c3", "r5c3", "r5c2"],
+            "orange": ["r7c3", "r7c4", "r7c5", "r6c5", "r5c5"],
+            "red": ["r3c7", "r3c6", "r3c5", "r4c5", "r5c5", "r5c4", "r6c4", "r6c3"],
+            "purple": ["r6c7", "r7c7", "r7c6", "r6c6", "r5c6", "r5c7"]},
+    treasures={"treasure.2": "blue", "treasure.7": "blue", "treasure.3": "green",
+               "treasure.4": "green", "treasure.8": "green", "treasure.14": "orange",
+               "treasure.9": "orange", "treasure.5": "red", "treasure.11": "red",
+               "treasure.10": "purple", "treasure.12": "purple", "treasure.15": "purple"},
+    treasure_boxes={"blue": 5, "green": 7, "orange": 5, "red": 5, "purple": 6}, coin_boxes=4,
+    stars={"five_by_two": "crossed", "all_boxes": "coloured", "end_grey": "coloured"})
+
+
+def test_game_ended_by_grey_boxes_in_all_five_colours():
+    # every colour reaches its grey box (slot 5); green fills its row (all_boxes, first);
+    # another player was first to 2 boxes in every colour (crossed)
+    a = reefs.audit(state(**GREY_END))
+    assert rules_found(a) == []
+    assert line(a.rules, "bonus", "end_grey").points == 5
+    assert line(a.rules, "bonus", "all_boxes").points == 5
+    assert line(a.rules, "bonus", "five_by_two").points == 0
+    assert a.rules.total == 10 + 16 + 10 + 10 + 13 + 5 + 5 + 5
+    # green's boxes wrongly left at 4: a claim on the green row; the end condition is judged on
+    # the boxes the rules give (R8), so the end star stays earned and the rules total is the same
+    short = reefs.audit(state(**{**GREY_END, "treasure_boxes": {**GREY_END["treasure_boxes"],
+                                                               "green": 4}}))
+    assert rules_found(short) == ["reefs.boxes_count"]
+    assert short.difference == 7 - 16
+    assert a.rules.total == reefs.score(state(**GREY_END)).total == short.rules.total
+
+
 def test_first_player_bonus_stars():
     # five_by_two coloured without 2 boxes in every colour
     a = reefs.audit(state(**{**BLUE, "stars": {"five_by_two": "coloured"}}))
@@ -493,6 +525,10 @@ def test_simulated_games_vary():
     assert any(s.star("five_by_two") is reefs.StarMark.CROSSED
                or s.star("all_boxes") is reefs.StarMark.CROSSED for s in states)
     assert reefs.simulate_game(t, 7) == reefs.simulate_game(t, 7)
+    l2 = [reefs.simulate_game(tpl(2), seed) for seed in range(20)]
+    l3 = [reefs.simulate_game(tpl(3), seed) for seed in range(20)]
+    assert sum(len(s.whirlpools) for s in l2) > 10
+    assert sum(len(s.rims) for s in l3) > 10 and sum(len(s.cores) for s in l3) > 5
     with pytest.raises(StateError, match="players must be 2-4"):
         reefs.simulate_game(t, 0, players=5)
 
