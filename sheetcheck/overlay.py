@@ -203,8 +203,10 @@ def _panel(report: Report, *, height: int, k: float) -> Image.Image:
         rows.append(("gap",))
         rows.append(("bold", "Review these regions", REVIEW_RGB))
         for i, u in enumerate(report.review, 1):
-            alts = "; ".join(f"if {x.mark}: {x.rules_total}/{x.claimed_total}"
+            alts = "; ".join(f"if {x.mark}: rules {x.rules_total}, claimed {x.claimed_total}"
                              for x in u.alternatives if x.changes)
+            if u.together and not alts:
+                alts = "matters together with the other R regions"
             rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({u.confidence:.0%}); {alts}",
                          REVIEW_RGB))
     if report.corrections:

@@ -442,9 +442,11 @@ def format_text(report: Report) -> str:
     if report.review:
         out += ["", "review these regions"]
         for u in report.review:
-            alts = ", ".join(f"{a.mark} -> rules {a.rules_total}, claimed {a.claimed_total}"
+            alts = "; ".join(f"if {a.mark}: rules {a.rules_total}, claimed {a.claimed_total}"
                              for a in u.alternatives if a.changes)
-            out.append(f"  {u.region}: read {u.read} ({u.confidence:.0%}); if {alts}")
+            if u.together and not alts:
+                alts = f"together with the other regions listed it changes {', '.join(u.together)}"
+            out.append(f"  {u.region}: read {u.read} ({u.confidence:.0%}); {alts}")
     if report.did_not_matter:
         out.append("")
         out.append("uncertain but did not matter: "

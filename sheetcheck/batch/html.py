@@ -85,7 +85,9 @@ def _sheet(r: dict, out: Path) -> str:
             mid.append("<p><b>review these regions</b></p><ul>" + "".join(
                 f"<li>{_e(u['region'])}: read {_e(u['read'])} ({u['confidence']:.0%}); "
                 + "; ".join(f"if {_e(x['mark'])}: rules {x['rules_total']}, claimed {x['claimed_total']}"
-                            for x in u["alternatives"] if x["changes"]) + "</li>"
+                            for x in u["alternatives"] if x["changes"])
+                + (f"together with the others it changes {_e(', '.join(u.get('together', [])))}"
+                   if u.get("together") else "") + "</li>"
                 for u in rep["review"]) + "</ul>")
         if rep["uncertain_did_not_matter"]:
             mid.append("<p class=muted>uncertain but did not matter: " + _e(", ".join(
