@@ -185,6 +185,7 @@ def _fill(mask: np.ndarray, poly_px: np.ndarray) -> None:
 
 def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       margin_mm: float = 0.7, print_guard_mm: float = 0.45,
+                      area_guard_mm: float = 0.8,
                       segment_band: float = 1.0, segment_trim: float = 0.03,
                       line_bin_mm: float = 0.5) -> SheetModel:
     """Precompute the sampling geometry of a template from its clean render.
@@ -199,6 +200,8 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         Erosion of each region's outline, so misregistration and outline ink stay out.
     print_guard_mm : float
         Dilation of printed lines and dark print before excluding them.
+    area_guard_mm : float
+        Wider dilation of any non-faint print inside area regions (not connections).
     segment_band, segment_trim : float
         Connections (segments) are sampled over ``segment_band`` times their width (a player
         draws anywhere across it, not only on the guide), trimmed by ``segment_trim`` of their
@@ -238,6 +241,12 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     coloured_print = cv2.dilate((chroma_e > 0.1).astype(np.uint8), win) > 0
     dark_print = cv2.dilate((y < 0.15).astype(np.uint8), win) > 0
     structure = dark_print | (coloured_print & ~uniform)
+    # Inside area regions (boxes, symbols) all but the faintest print is excluded with a wider
+    # guard: a camera's tone curve and colour cast give grey print a tint that division by
+    # the render cannot remove, and blur spreads it. Connections keep the division: their
+    # faint guide runs where the player draws, and pencil over it must stay visible.
+    wide = max(guard + 1, int(round(area_guard_mm * k)))
+    structure_area = structure | (cv2.dilate((y < 0.6).astype(np.uint8), _disk(wide)) > 0)
     ymin = cv2.erode(y, win)
     divisor_img = np.where(uniform[..., None], expected, np.maximum(ymin, 0.15)[..., None])
     cmin = expected.min(axis=2)
@@ -266,7 +275,10 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         else:
             _fill(local, _region_polygon_px(r, k) - [c0, r0])
             local = cv2.erode(local, _disk(margin))
-        m = (local > 0) & ~structure[r0:r1, c0:c1]
+        m = (local > 0) & ~(structure if line else structure_area)[r0:r1, c0:c1]
+        if not line and m.sum() < 0.15 * max(1, (local > 0).sum()):
+            # Mostly print (a glyph filling its box): fall back to the narrower guard.
+            m = (local > 0) & ~structure[r0:r1, c0:c1]
         rr, cc = np.nonzero(m)
         rr = rr + r0
         cc = cc + c0
@@ -341,14 +353,18 @@ class _Features:
     band_cov: np.ndarray
     off_cov: np.ndarray
     x_ok: np.ndarray
+    faint_cover: np.ndarray
+    faint_line: np.ndarray
     diag_min: np.ndarray
     diag_max: np.ndarray
+    coherence: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
     """Coloured/dark thresholds from this photo's own paper noise."""
     if lab_paper.shape[0] < 50:
-        return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 88.0, "paper_l": 100.0}
+        return {"chroma": max(palette.min_chroma, 10.0), "dark_l": 88.0, "paper_l": 100.0,
+                "chroma_faint": max(palette.min_chroma, 10.0), "dark_l_faint": 88.0}
     C = np.hypot(lab_paper[:, 1], lab_paper[:, 2])
     L = lab_paper[:, 0]
     # Robust noise scales (median and MAD): the paper mask may catch a little print bleed or
@@ -359,8 +375,13 @@ def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, floa
     l_sd = 1.4826 * float(np.median(np.abs(L - l_med)))
     chroma = max(palette.min_chroma, c_med + 6.0 * c_sd + 2.0)
     drop = max(9.0, 6.0 * l_sd + 3.0)
+    # Faint-evidence thresholds (half the margins): what a light hand leaves. Used only to
+    # doubt an "empty" reading, never to claim a mark.
+    chroma_lo = max(0.5 * palette.min_chroma, c_med + 3.0 * c_sd + 1.0)
+    drop_lo = max(4.5, 3.0 * l_sd + 1.5)
     return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_chroma": c_med,
-            "paper_chroma_sd": c_sd, "paper_l_sd": l_sd}
+            "paper_chroma_sd": c_sd, "paper_l_sd": l_sd, "chroma_faint": chroma_lo,
+            "dark_l_faint": l_med - drop_lo}
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
@@ -380,11 +401,17 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     col &= keep
     dark &= keep
     ink = col | dark
+    faint = ((C > th["chroma_faint"]) | (L < th["dark_l_faint"])) & ok
+    img[:] = 0
+    img[model.pix[faint]] = 1
+    fsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[model.pix]
+    faint &= fsum >= 4
     w = model.weight * ok
     wsum = np.maximum(np.bincount(lbl, w, R), 1e-9)
     n = np.bincount(lbl, ok, R)
     cover = np.bincount(lbl, w * ink, R) / wsum
     fcol = np.bincount(lbl, w * col, R) / wsum
+    faint_cover = np.bincount(lbl, w * faint, R) / wsum
     fdark = np.bincount(lbl, w * dark, R) / wsum
     # connections: share of the segment's length that carries a stroke
     line_cover = np.zeros(R)
@@ -395,7 +422,12 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
         hits = np.bincount(lb[sel], ink[sel], nb_total) > 0
         seen = np.bincount(lb[sel], ok[sel], nb_total) > 0
         bin_region = np.repeat(np.arange(R), model.line_bins)
-        line_cover = np.bincount(bin_region, hits & seen, R) / np.maximum(np.bincount(bin_region, seen, R), 1)
+        nseen = np.maximum(np.bincount(bin_region, seen, R), 1)
+        line_cover = np.bincount(bin_region, hits & seen, R) / nseen
+        fhits = np.bincount(lb[sel], faint[sel], nb_total) > 0
+        faint_line = np.bincount(bin_region, fhits & seen, R) / nseen
+    else:
+        faint_line = np.zeros(R)
     # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
     h = np.degrees(np.arctan2(b, a)) % 360.0
     wc = np.where(col, C, 0.0)
@@ -412,6 +444,19 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     hue = np.degrees(np.arctan2(sy, sx)) % 360.0
     purity = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, wc, R), 1e-9)
     chroma = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, win, R), 1)
+    # Stroke orientation coherence: hatching, zigzag and back-and-forth fills lay strokes in
+    # one direction; a cross (two directions) or a scribbled-out region (many) does not.
+    # Measured on the gradient of the ink strength (chroma + darkness) inside the region.
+    strength = np.zeros(H * W, np.float32)
+    strength[model.pix] = np.where(ok, C + np.maximum(th["paper_l"] - L, 0.0), 0.0)
+    sg = cv2.GaussianBlur(strength.reshape(H, W), (0, 0), 1.0)
+    gx = cv2.Sobel(sg, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[model.pix]
+    gy = cv2.Sobel(sg, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[model.pix]
+    wi = model.weight * ok
+    jr = np.bincount(lbl, wi * (gx * gx - gy * gy), R)
+    ji = np.bincount(lbl, wi * (2 * gx * gy), R)
+    jn = np.bincount(lbl, wi * (gx * gx + gy * gy), R)
+    coherence = np.hypot(jr, ji) / np.maximum(jn, 1e-6)
     b1, b2 = model.band == 1, model.band == 2
     nb1, nb2 = np.bincount(lbl, b1 & ok, R), np.bincount(lbl, b2 & ok, R)
     nb = nb1 + nb2
@@ -423,7 +468,8 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
-                     (nb1 >= 4) & (nb2 >= 4) & (no >= 8), np.minimum(bc1, bc2), np.maximum(bc1, bc2))
+                     (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
+                     np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence)
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -432,7 +478,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                    written_cover: float = 0.025, line_cover: float = 0.3,
                    line_scale: float = 0.05,
                    x_threshold: float = 0.45, x_scale: float = 0.07,
-                   min_pixels: int = 10) -> SheetMarks:
+                   min_pixels: int = 10, photo_confidence: float = 1.0) -> SheetMarks:
     """Classify every readable region of a light-normalised, rectified sheet.
 
     Parameters
@@ -459,6 +505,10 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         The same for the X structure score (crossed against filled).
     min_pixels : int
         Regions with fewer usable pixels are read but always flagged.
+    photo_confidence : float
+        Upper bound on every reading's confidence from the photo as a whole (registration
+        residual, resolution: see ``vision.pipeline.photo_confidence``). A photo whose print
+        does not line up cannot give a confident reading anywhere.
 
     Returns
     -------
@@ -507,7 +557,15 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
                                  written_cover=written_cover, is_line=bool(model.is_line[i]),
                                  line_cover=line_cover, line_scale=line_scale)
-    return SheetMarks(readings, pal, th)
+    if photo_confidence < 1.0:
+        for rid, rd in readings.items():
+            if rd.confidence > photo_confidence:
+                review = photo_confidence < review_threshold or rd.review
+                readings[rid] = RegionReading(
+                    rd.region_id, rd.kind, rd.mark, float(photo_confidence), review,
+                    rd.alternatives, rd.features,
+                    rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
+    return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)})
 
 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
@@ -533,10 +591,19 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         p_marked = float(_sigmoid((evidence - written_cover) / (cover_scale * 0.5)))
     else:
         p_marked = float(_sigmoid((evidence - empty_cover) / cover_scale))
+    # Faint evidence (a light hand, a washed-out photo) cannot make a mark, but it makes
+    # "empty" doubtful: a person should look.
+    faint_ev = float(f.faint_line[i]) if is_line else float(f.faint_cover[i])
+    faint_thr = line_cover if is_line else (written_cover if ("written" in allowed and not colours)
+                                             else empty_cover)
+    p_faint = float(_sigmoid((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
+    p_marked = max(p_marked, 0.5 * p_faint)
     probs: dict[str, float] = {m: 0.0 for m in allowed}
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
-    p_grey = float(_sigmoid((0.5 - coloured_share) / 0.08))
+    # Dark pencils (blue, purple, green) in dim light leave some texels too dark to show
+    # their chroma; only a mark that is mostly grey is graphite.
+    p_grey = float(_sigmoid((0.25 - coloured_share) / 0.06))
     if "written" in allowed and not colours:
         probs["written"] = p_marked
     else:
@@ -551,12 +618,20 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03))
             ls = float(_sigmoid((dmax - off - 0.2) / 0.05) * _sigmoid((0.12 - off) / 0.03)
                        * _sigmoid((0.12 - cover) / 0.02))
-            lx = max(lx, ls)
-            lf = max(float(_sigmoid((off - 0.35) / 0.05)), float(_sigmoid((cover - 0.45) / 0.04)))
+            if not f.x_ok[i]:
+                lx = ls = 0.0  # too little unprinted area to see arms and sectors
+            # Colouring a region in covers it; crossing it out (an X, a slash, a scribble)
+            # leaves most of it bare. A sparse mark whose strokes run one way (a light
+            # hatch) may still be a fill: that case is left undecided.
+            # (density counts faint texels too: a light hand's fill is still a fill)
+            dense = float(_sigmoid((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04))
+            incoherent = float(_sigmoid((0.4 - float(f.coherence[i])) / 0.06))
+            lx = max(lx, ls, (1.0 - dense) * incoherent * float(_sigmoid((cover - 0.15) / 0.03)))
+            lf = dense
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
             u = 0.05
-            p_x = (lx + 0.5 * u) / (lx + lf + u) if f.x_ok[i] else 0.5
+            p_x = (lx + 0.5 * u) / (lx + lf + u)
             p_cross = p_grey + (1 - p_grey) * p_x
         else:
             p_cross = 0.0
@@ -606,7 +681,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
              **({"length_coverage": float(f.line_cover[i])} if is_line else {}),
              "coloured": float(f.coloured[i]),
              "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
-             "purity": float(f.purity[i]),
+             "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
              **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
 

@@ -197,8 +197,10 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
     t4 = time.perf_counter()
     timings["light"] = (t4 - t3) * 1000
+    pconf, pconf_parts = photo_confidence(location, rect)
     sheet = classify_sheet(light.linear, model, palette=palette or load_palette("default"),
-                           valid=valid, review_threshold=review_threshold)
+                           valid=valid, review_threshold=review_threshold,
+                           photo_confidence=pconf)
     t5 = time.perf_counter()
     timings["classify"] = (t5 - t4) * 1000
     timings["total"] = (t5 - t0) * 1000
@@ -213,10 +215,37 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         "thresholds": dict(sheet.thresholds),
         "refinement": _small(rect.refinement),
         "review_threshold": float(review_threshold),
+        "photo_confidence": {"value": pconf, **pconf_parts},
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
                         light.to_srgb() if keep_images else None)
+
+
+def _sig(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-np.clip(x, -40, 40))))
+
+
+def photo_confidence(location, rect) -> tuple[float, dict]:
+    """How far any reading of this photo can be trusted, from the geometry alone.
+
+    * registration: the median misalignment of the printed lines after local refinement
+      (px at the read dpi). At 100 dpi, 0.5 px is 0.13 mm: beyond ~0.7 px region outlines
+      and print bleed into the sampled pixels;
+    * resolution: photo pixels per rectified pixel. Below ~0.55 the sheet was upsampled from a
+      small or distant photo and pencil texture is lost;
+    * the locator's own quality.
+
+    Returns the cap (0..1, the minimum of the three) and the parts.
+    """
+    ref = rect.refinement if isinstance(rect.refinement, Mapping) else {}
+    res = ref.get("residual_px_after", ref.get("residual_px_before"))
+    pxr = ref.get("photo_px_per_frame_px")
+    parts = {}
+    parts["registration"] = _sig((0.7 - float(res)) / 0.08) if res is not None and np.isfinite(res) else 0.95
+    parts["resolution"] = _sig((float(pxr) - 0.5) / 0.04) if pxr is not None else 1.0
+    parts["locate"] = _sig((float(location.quality) - 0.45) / 0.05)
+    return float(min(parts.values())), {k: round(v, 4) for k, v in parts.items()}
 
 
 def _small(d) -> dict:
