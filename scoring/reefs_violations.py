@@ -90,6 +90,32 @@ def _path(lay, used, src, goal_ok, avoid, rng, *, plain=True):
     return None
 
 
+def _settle(template, p: dict) -> State:
+    """After a route edit, colour what a careful player would have coloured for the new route
+    (treasures, boxes, whirlpools, rims, end stars), so that only the route rule is broken."""
+    from scoring.reefs import StarMark, _conditions
+    s = make_state(template, **p)
+    lay, a = s.layout, analyse(s)
+    for t, c in a.credited.items():
+        if t not in p["treasures"]:
+            p["treasures"][t] = c
+    p["treasure_boxes"] = [b for c, row in lay.tboxes.items() for b, _, _ in row[:a.earned[c]]]
+    p["coin_boxes"] = [b for b, _ in lay.cboxes[:a.coin_earned]]
+    reach = {c: a.routes[c].spaces if a.routes[c].edges else frozenset() for c in COLOURS}
+    for w, sp in lay.whirlpools.items():
+        if w not in p["whirlpools"] and sp in a.reached:
+            p["whirlpools"][w] = next(c for c in COLOURS if sp in reach[c])
+    if lay.rims:
+        n = min(len(a.props_reached), len(lay.rims))
+        p["rims"] = list(range(1, n + 1))
+        p["cores"] = [k for k in p["cores"] if k <= n]
+    cond = _conditions(lay, a.earned, a.coin_earned)
+    for b in ("end_grey", "end_coins"):
+        if b in lay.stars and cond[b]:
+            p["stars"][b] = StarMark.COLOURED
+    return make_state(template, **p)
+
+
 def inject_violation(state: State, kind: str, rng) -> State:
     """A copy of ``state`` that breaks the rule named by ``kind`` (see :data:`VIOLATIONS`).
 
@@ -126,7 +152,11 @@ def inject_violation(state: State, kind: str, rng) -> State:
         for c in rng_routes:
             trail = a.routes[c].trail
             on = set(trail)
-            for v in [trail[i] for i in rng.permutation(range(1, len(trail) - 1))] if len(trail) > 2 else []:
+            g = _graph(lay, a.routes[c].edges)
+            # a space the route passes through (even number of lines, not the entry or end):
+            # one more line there makes three line ends
+            inner = sorted(v for v in on if len(g[v]) % 2 == 0 and v not in (trail[0], trail[-1]))
+            for v in [inner[i] for i in rng.permutation(len(inner))]:
                 for cid, w in lay.adjacency.get(v, ()):
                     if cid not in used and w not in on and _plain(lay, w):
                         p["connections"][cid] = c
@@ -141,10 +171,10 @@ def inject_violation(state: State, kind: str, rng) -> State:
             # prefer a piece between plain spaces (nothing else changes), else any free one
             cands = [cid for cid in free if all(_plain(lay, v) for v in lay.conns[cid][:2])] or free
             if cands:
-                p["connections"][cands[int(rng.integers(len(cands)))]] = c
                 if not a.routes[c].edges:
                     fail("that colour has no route yet")
-                return make_state(state.template, **p)
+                p["connections"][cands[int(rng.integers(len(cands)))]] = c
+                return _settle(state.template, p)
         fail("no free connection away from the routes")
     if kind in ("other_entry", "own_entry"):
         for c in rng_routes:
@@ -161,8 +191,8 @@ def inject_violation(state: State, kind: str, rng) -> State:
             if path:
                 for cid in path:
                     p["connections"][cid] = c
-                return make_state(state.template, **p)
-        fail("no route can reach an entry point through free plain spaces")
+                return _settle(state.template, p)
+        fail("no route can reach an entry point through free spaces")
     if kind == "entry_not_coloured":
         if not routes:
             fail("no route has been started")
@@ -193,7 +223,10 @@ def inject_violation(state: State, kind: str, rng) -> State:
         p["treasures"][t] = c
         return make_state(state.template, **p)
     if kind == "treasure_not_coloured":
-        cands = sorted(t for t in p["treasures"] if a.credited.get(t) == p["treasures"][t])
+        ok = sorted(t for t in p["treasures"] if a.credited.get(t) == p["treasures"][t])
+        # a coloured treasure keeps its credit when left uncoloured; a neutral one might be
+        # credited to another colour by ruling R3, which would break a box row too
+        cands = [t for t in ok if lay.treasures[t][1] is not None] or ok
         if not cands:
             fail("no treasure has been recovered")
         del p["treasures"][cands[int(rng.integers(len(cands)))]]
@@ -201,7 +234,10 @@ def inject_violation(state: State, kind: str, rng) -> State:
     if kind in ("treasure_boxes_skipped", "treasure_boxes_extra"):
         coloured = set(p["treasure_boxes"])
         rows = [c for c in COLOURS if c in lay.tboxes]
-        for c in [rows[i] for i in rng.permutation(len(rows))]:
+        count = {c: sum(b in coloured for b, _, _ in lay.tboxes[c]) for c in rows}
+        # rows with a coloured box first: a gap there keeps the count right
+        rows = sorted((rows[i] for i in rng.permutation(len(rows))), key=lambda c: count[c] == 0)
+        for c in rows:
             row = [b for b, _, _ in lay.tboxes[c]]
             n = sum(b in coloured for b in row)
             if n >= len(row):
@@ -262,34 +298,21 @@ def inject_violation(state: State, kind: str, rng) -> State:
         p["whirlpools"][w] = c
         return make_state(state.template, **p)
     if kind == "propeller_skipped":
+        # a gap that keeps the count right needs a collected propeller and a free slot
         n, total = len(p["rims"]), len(lay.rims)
-        if n == 0:
-            if total < 2:
-                fail("the propeller track has one slot")
-            p["rims"].append(2)
-        elif n < total:
-            k = p["rims"][int(rng.integers(n))]   # leave a gap at k, keep the count
-            p["rims"].remove(k)
-            p["rims"].append(n + 1)
-            if k in p["cores"]:                   # its use moves with it: no core without rim
-                p["cores"].remove(k)
-                p["cores"].append(n + 1)
-        else:
-            if n < 2:
-                fail("the propeller track has one slot")
-            k = int(rng.integers(1, n))           # a full track with a gap before the last
-            p["rims"].remove(k)
-            if k in p["cores"]:
-                p["cores"].remove(k)
+        if n == 0 or n >= total:
+            fail("a gap in the propeller track needs some but not all propellers collected")
+        k = p["rims"][int(rng.integers(n))]
+        p["rims"].remove(k)
+        p["rims"].append(n + 1)
+        if k in p["cores"]:                       # its use moves with it: no core without rim
+            p["cores"].remove(k)
+            p["cores"].append(n + 1)
         return make_state(state.template, **p)
     if kind == "propeller_core_without_rim":
         n = len(p["rims"])
-        if n < len(lay.rims):
-            p["cores"].append(n + 1)
-        elif p["cores"]:
-            p["rims"].remove(p["cores"][int(rng.integers(len(p["cores"])))])
-        else:
-            p["rims"].remove(n)
-            p["cores"].append(n)
+        if n >= len(lay.rims):
+            fail("every propeller is collected, so every core has its rim")
+        p["cores"].append(n + 1)
         return make_state(state.template, **p)
     raise AssertionError(kind)  # pragma: no cover - every kind is handled above
