@@ -13,7 +13,8 @@ import numpy as np
 
 from calibration.template import get_template
 from sheetcheck.errors import InputFileError, StateError
-from sheetcheck.simulator import SimulatorError, random_marks, simulate_photo, truth_json
+from sheetcheck.simulator import (SimulatorError, random_marks, simulate_photo, truth_json,
+                                  with_swatches)
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -75,7 +76,7 @@ def run(args) -> int:
         if fixed is not None:
             marks = fixed
         elif args.game:
-            marks = game_marks(template, seed)
+            marks = with_swatches(template, game_marks(template, seed), np.random.default_rng([seed, 9]))
         else:
             marks = random_marks(template, np.random.default_rng([seed, 7]),
                                  fill=float(np.random.default_rng([seed, 8]).uniform(0.3, 0.8)))

@@ -32,7 +32,7 @@ from sheetcheck.simulator.sheet import render_blank, render_dpi_for
 
 __all__ = ["SimulatedPhoto", "simulate_photo", "random_marks", "paint_sheet", "PRESETS",
            "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT",
-           "truth_json"]
+           "truth_json", "with_swatches"]
 
 TRUTH_FORMAT = "sheetcheck.truth/1"
 
@@ -90,6 +90,22 @@ def random_marks(template, rng: np.random.Generator, *, fill: float = 0.5) -> di
             out[r.id] = str(rng.choice(colours))
         else:
             out[r.id] = str(rng.choice(others or colours))
+    return out
+
+
+def with_swatches(template, marks: Mapping[str, str], rng: np.random.Generator, *,
+                  p: float = 0.85) -> dict[str, str]:
+    """``marks`` with the calibration swatches coloured in (each with probability ``p``).
+
+    Rules engines play the game, not the calibration strip; players usually colour it too.
+    Swatches already marked in ``marks`` are kept.
+    """
+    out = dict(marks)
+    for r in template.readable_regions():
+        if r.kind == "swatch" and out.get(r.id, "empty") == "empty":
+            colours = [m for m in r.marks if m != "empty"]
+            if colours and rng.random() < p:
+                out[r.id] = colours[0]
     return out
 
 

@@ -99,13 +99,25 @@ def _wood(w, h, rng, params):
     ang = rng.uniform(0, math.pi)
     u = xx * math.cos(ang) + yy * math.sin(ang)
     v = -xx * math.sin(ang) + yy * math.cos(ang)
-    warp = cv2.GaussianBlur(rng.standard_normal((h, w)).astype(np.float32), (0, 0), 12) * 40
-    period = rng.uniform(6, 18)
-    rings = 0.5 + 0.5 * np.sin((v + warp + 0.02 * u) / period * 2 * math.pi)
-    fibre = cv2.GaussianBlur(rng.standard_normal((h, w)).astype(np.float32), (0, 0), 0.8)
-    light = np.array(rng.uniform([0.55, 0.35, 0.18], [0.85, 0.6, 0.38]), np.float32)
-    dark = light * rng.uniform(0.45, 0.7)
-    t = np.clip(rings * 0.7 + 0.08 * fibre, 0, 1)[..., None]
+    # growth rings: wavy bands across the grain, irregular in width
+    warp = cv2.GaussianBlur(rng.standard_normal((h, w)).astype(np.float32), (0, 0), 40) * 250
+    warp += 0.08 * u + 30 * np.sin(u / rng.uniform(60, 200))
+    period = rng.uniform(25, 70)
+    rings = 0.5 + 0.5 * np.sin((v + warp) / period * 2 * math.pi)
+    rings = rings ** rng.uniform(1.5, 3.0)
+    # fibres: fine streaks along the grain (noise stretched along u)
+    n = rng.standard_normal((h, w)).astype(np.float32)
+    k = int(rng.integers(15, 40)) | 1
+    line = np.zeros((k, k), np.float32)
+    cv2.line(line, (int(k / 2 - k / 2 * math.cos(ang)), int(k / 2 - k / 2 * math.sin(ang))),
+             (int(k / 2 + k / 2 * math.cos(ang)), int(k / 2 + k / 2 * math.sin(ang))), 1.0, 1)
+    fibre = cv2.filter2D(n, -1, line / line.sum())
+    fibre /= fibre.std() + 1e-6
+    r = rng.uniform(0.5, 0.88)
+    g = r * rng.uniform(0.62, 0.78)
+    light = np.array([r, g, g * rng.uniform(0.5, 0.75)], np.float32)  # oak to walnut browns
+    dark = light * rng.uniform(0.55, 0.8)
+    t = np.clip(0.25 + 0.55 * rings + 0.12 * fibre, 0, 1)[..., None]
     img = srgb_to_linear(dark + (light - dark) * t)
     params.update({"angle_deg": round(math.degrees(ang), 1), "light": light.round(3).tolist()})
     return img

@@ -99,7 +99,7 @@ def sample_hand(rng: np.random.Generator, *, heavy: tuple[float, float] = (0.45,
         "cross_style": str(rng.choice(["x", "slash", "scribble"], p=[0.7, 0.18, 0.12])),
         "cross_pencil": str(rng.choice(["graphite", "colour"], p=[0.55, 0.45])),
         "write_with": str(rng.choice(["graphite", "colour", "ballpoint"], p=[0.5, 0.3, 0.2])),
-        "font": int(rng.integers(len(_HERSHEY))),
+        "font": int(rng.integers(len(_HAND_FONTS))),
     }
 
 
@@ -316,21 +316,42 @@ def _cross_strokes(region, *, hand: dict, s: float, rng):
     return strokes
 
 
+#: Single-stroke Hershey fonts look most like handwriting; the serif ones only rarely.
+_HAND_FONTS = (cv2.FONT_HERSHEY_SIMPLEX, cv2.FONT_HERSHEY_SCRIPT_SIMPLEX, cv2.FONT_HERSHEY_PLAIN,
+               cv2.FONT_HERSHEY_DUPLEX, cv2.FONT_HERSHEY_SCRIPT_COMPLEX)
+
+
 def _digit_coverage(text: str, font: int, height_px: float, rng) -> np.ndarray:
-    """Handwriting-like digits as a coverage map (Hershey strokes, jittered and sheared)."""
-    scale = 1.0
-    thick = max(1, int(round(height_px / 14)))
-    (tw, th), base = cv2.getTextSize(text, font, scale, thick)
-    scale = height_px / max(th, 1)
-    (tw, th), base = cv2.getTextSize(text, font, scale, thick)
-    pad = int(height_px * 0.6) + 2
-    img = np.zeros((th + base + 2 * pad, tw + 2 * pad), np.uint8)  # putText draws on 8-bit only
-    cv2.putText(img, text, (pad, pad + th), font, scale, 255, thick, cv2.LINE_AA)
-    img = img.astype(np.float32) / 255.0
+    """Handwriting-like digits as a coverage map: each digit drawn on its own with its own
+    size, slant, baseline and spacing (Hershey strokes), then the whole number sheared."""
+    thick = max(1, int(round(height_px / rng.uniform(9, 16))))
+    glyphs = []
+    for ch in text:
+        h = height_px * rng.uniform(0.85, 1.12)
+        (tw, th), base = cv2.getTextSize(ch, font, 1.0, thick)
+        scale = h / max(th, 1)
+        (tw, th), base = cv2.getTextSize(ch, font, scale, thick)
+        pad = thick + 2
+        g = np.zeros((th + base + 2 * pad, tw + 2 * pad), np.uint8)  # putText draws on 8-bit only
+        cv2.putText(g, ch, (pad, pad + th), font, scale, 255, thick, cv2.LINE_AA)
+        gh, gw = g.shape
+        m = cv2.getRotationMatrix2D((gw / 2, gh / 2), rng.normal(0, 6), 1.0)
+        g = cv2.warpAffine(g, m, (gw, gh))
+        glyphs.append((g, int(rng.normal(0, height_px * 0.06)), int(rng.normal(0, height_px * 0.05))))
+    pad = int(height_px * 0.5) + 2
+    width = sum(g.shape[1] + dx for g, _, dx in glyphs) + 2 * pad
+    height = max(g.shape[0] for g, _, _ in glyphs) + 2 * pad
+    img = np.zeros((height, max(width, 2 * pad + 1)), np.float32)
+    x = pad
+    for g, dy, dx in glyphs:
+        gh, gw = g.shape
+        y = max(0, min(height - gh, pad + dy))
+        x = max(0, min(img.shape[1] - gw, x))
+        np.maximum(img[y:y + gh, x:x + gw], g / 255.0, out=img[y:y + gh, x:x + gw])
+        x += gw + dx - thick
     h, w = img.shape
-    ang = rng.normal(0, 6)
-    shear = rng.normal(0.12, 0.12)  # handwriting leans
-    m = cv2.getRotationMatrix2D((w / 2, h / 2), ang, rng.uniform(0.9, 1.1))
+    shear = rng.normal(0.15, 0.12)  # handwriting leans
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), rng.normal(0, 4), rng.uniform(0.95, 1.05))
     m[0, 1] += -shear
     m[0, 2] += shear * h / 2
     return cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_LINEAR)
@@ -443,8 +464,11 @@ def paint_sheet(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, dp
                 colour = plin[mark]
         elif mark == "crossed":
             strokes = _cross_strokes(region, hand=hand, s=s, rng=rng)
-            colour = (plin["graphite"] if hand["cross_pencil"] == "graphite" or not colours
-                      else plin[str(rng.choice(colours))])
+            # Pick a Pen players hold only coloured pencils while playing: a Reefs star that
+            # another player took first is crossed with whichever pencil is in hand
+            coloured = region.kind == "star" and template.game == "pick_a_pen_reefs"
+            colour = (plin[str(rng.choice(colours))] if colours and
+                      (coloured or hand["cross_pencil"] == "colour") else plin["graphite"])
         elif mark == "written":
             _write_digits(lin, grain, region, hand=hand, s=s, rng=rng, plin=plin, colours=colours,
                           text=(digits or {}).get(region.id))
@@ -475,7 +499,8 @@ def _write_digits(lin, grain, region, *, hand, s, rng, plin, colours, text):
     h = (y1 - y0) * rng.uniform(0.5, 0.85)
     text = text or str(int(rng.choice([rng.integers(0, 10), rng.integers(10, 100),
                                        rng.integers(100, 200)])))
-    font = _HERSHEY[hand["font"]] if rng.random() < 0.8 else _HERSHEY[int(rng.integers(len(_HERSHEY)))]
+    font = (_HAND_FONTS[hand["font"] % len(_HAND_FONTS)] if rng.random() < 0.9
+             else _HERSHEY[int(rng.integers(len(_HERSHEY)))])
     cov = _digit_coverage(text, font, h, rng)
     ch, cw = cov.shape
     if cw > (x1 - x0) * 1.1:  # squeeze a long number into the field as a person would
