@@ -42,6 +42,7 @@ class _Sheet:
     rims: int = 0
     cores: list = field(default_factory=list)
     stars: dict = field(default_factory=dict)
+    log: list = field(default_factory=list)          # our moves, for replay checks
 
     @property
     def coin_boxes(self) -> int:
@@ -224,6 +225,7 @@ def _our_turn(lay, sheet, hand, rng, style) -> str | None:
                 options.append((colour, m, True, _gain(lay, sheet, colour, m, dist) - 1.5))
     if not options or rng.random() < style["forfeit"]:
         colour = list(hand)[int(rng.integers(len(hand)))]
+        sheet.log.append({"colour": colour, "face": hand[colour], "kind": "forfeit"})
         return colour  # forfeit: the pencil is taken and set aside without drawing
     if rng.random() < style["random"]:
         choice = options[int(rng.integers(len(options)))]
@@ -234,6 +236,9 @@ def _our_turn(lay, sheet, hand, rng, style) -> str | None:
     if propeller:
         used = set(sheet.cores)
         sheet.cores.append(next(k for k in range(1, sheet.rims + 1) if k not in used))
+    sheet.log.append({"colour": colour, "face": ("any", 3) if propeller else hand[colour],
+                      "kind": "propeller" if propeller else "die",
+                      "spaces": [move[0]] + list(move[3])})
     _play(lay, sheet, colour, move, rng)
     return colour
 
@@ -250,11 +255,19 @@ def _play(lay, sheet, colour, move, rng, depth=0) -> None:
         extra = _any_moves(lay, sheet, end, 3)
         if extra and depth < 5:
             p, sp = extra[int(rng.integers(len(extra)))]
+            sheet.log.append({"colour": colour, "face": ("any", 3), "kind": "whirlpool",
+                              "spaces": [end] + list(sp)})
             _play(lay, sheet, colour, (end, None, p, sp), rng, depth + 1)
 
 
 def simulate_game(template: Template, seed: int, *, players: int | None = None,
                   write_total: bool = True) -> State:
+    """Play one whole legal game and return our sheet's end state (see :func:`play_game`)."""
+    return play_game(template, seed, players=players, write_total=write_total)[0]
+
+
+def play_game(template: Template, seed: int, *, players: int | None = None,
+              write_total: bool = True) -> tuple[State, list[dict]]:
     """Play one whole legal game and return our sheet's end state.
 
     Parameters
@@ -272,6 +285,10 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None,
     -------
     State
         The end state; its audit has no findings other than notes.
+    list of dict
+        Our moves in order: ``colour``, ``face`` (kind, steps), ``kind`` (``die``,
+        ``propeller``, ``whirlpool`` for the 3 any-steps after a whirlpool, ``forfeit``) and
+        ``spaces`` (the route's spaces from where the move starts), for replay checks.
     """
     from sheetcheck.errors import StateError
     lay = layout_of(template)
@@ -316,7 +333,7 @@ def simulate_game(template: Template, seed: int, *, players: int | None = None,
                 break
         if over:
             break
-    return _to_state(template, lay, sheet, write_total)
+    return _to_state(template, lay, sheet, write_total), sheet.log
 
 
 def _to_state(template, lay, sheet, write_total) -> State:

@@ -565,3 +565,61 @@ def test_benchmark_measures_throughput():
     assert r["audits_per_s"] > 0 and r["simulated_per_s"] > 0
     with pytest.raises(StateError, match="count must be at least 1"):
         measure(0)
+
+
+def _replay(t, state, log):
+    """Check every logged move against the rulebook, independently of the audit."""
+    lay = reefs.layout_of(t)
+    used, end, entries, whirl = {}, {}, set(), set()
+    pending_whirl = None            # (colour, space): a whirlpool's 3 any-steps may follow
+    for m in log:
+        c, (kind, k) = m["colour"], m["face"]
+        if m["kind"] == "forfeit":
+            pending_whirl = None
+            continue
+        sp = m["spaces"]
+        if m["kind"] == "whirlpool":
+            assert pending_whirl == (c, sp[0]), m
+        elif c in end:
+            assert sp[0] == end[c], ("a route continues from its end point", m)
+        else:
+            e = lay.entry_at.get(sp[0])
+            assert e is not None and e not in entries, ("start from a free entry point", m)
+            entries.add(e)
+        pending_whirl = None
+        dirs = set()
+        for i, (a, b) in enumerate(zip(sp, sp[1:])):
+            cid = lay.conn_by_pair.get(frozenset((a, b)))
+            assert cid is not None and cid not in used, ("each connection once", m)
+            assert b not in lay.entry_at, ("never onto an entry point", m)
+            used[cid] = c
+            dirs.add(reefs._step_dir(lay, a, b))
+            w = lay.whirlpool_at.get(b)
+            if w is not None and w not in whirl:
+                assert i == len(sp) - 2, ("a whirlpool stops the route", m)
+                whirl.add(w)
+                pending_whirl = (c, b)
+        steps = len(sp) - 1
+        stopped = pending_whirl is not None
+        if kind == "any":
+            assert steps == k or (stopped and steps < k), m
+        else:
+            assert len(dirs) == 1, ("straight steps in one direction", m)
+            assert (steps >= 4 if kind == "straight_min4" else steps == k) or stopped, m
+        end[c] = sp[-1]
+    assert used == dict(state.connections)
+    assert sum(m["kind"] == "propeller" for m in log) == len(state.cores) <= len(state.rims)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_simulated_moves_follow_the_dice_and_the_map(level):
+    from scoring.reefs_sim import play_game
+    t = tpl(level)
+    kinds = set()
+    for seed in range(60):
+        s, log = play_game(t, seed)
+        assert s == reefs.simulate_game(t, seed)
+        _replay(t, s, log)
+        kinds |= {m["kind"] for m in log}
+    assert {"die", "forfeit"} <= kinds
+    assert ("whirlpool" in kinds) == (level == 2) and ("propeller" in kinds) == (level == 3)
