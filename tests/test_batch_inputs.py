@@ -134,3 +134,16 @@ def test_index_escapes_hostile_names(tmp_path):
     assert "<script>" not in page and "<img src=x" not in page and "<b>Mallory" not in page
     assert "&lt;script&gt;" in page and "&lt;b&gt;Mallory&lt;/b&gt;" in page
     assert "ERROR: 1" in page
+
+
+def test_progress_line_has_rate_and_eta():
+    import io as _io
+    from sheetcheck.batch.runner import Progress
+    buf = _io.StringIO()
+    p = Progress(10, stream=buf)
+    p.t0 -= 4.0                                   # 4 s ago
+    p.update(done=2, skipped=2, errors=1, force=True)
+    line = buf.getvalue()
+    assert line.endswith("\n") and "\r" not in line  # a log file gets whole lines
+    assert "4/10" in line and "0.50 sheets/s" in line and "ETA 0:12" in line
+    assert "2 already done, 1 errors" in line

@@ -184,15 +184,18 @@ class Progress:
         self.stream = stream or sys.stderr
         self.t0 = time.monotonic()
         self.last = 0.0
+        # on a terminal redraw one line; in a log file write a line every few seconds
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = 0.25 if self.tty else 5.0
         self.done = self.skipped = self.errors = 0
 
     def update(self, *, done: int, skipped: int, errors: int, force: bool = False) -> None:
         self.done, self.skipped, self.errors = done, skipped, errors
         now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < 0.25):
+        if not self.enabled or (not force and now - self.last < self.every):
             return
         self.last = now
-        self.stream.write("\r" + self.line(now) + "\x1b[K")
+        self.stream.write(("\r" + self.line(now) + "\x1b[K") if self.tty else self.line(now) + "\n")
         self.stream.flush()
 
     def line(self, now: float | None = None) -> str:
@@ -210,7 +213,8 @@ class Progress:
     def finish(self) -> None:
         if self.enabled:
             self.update(done=self.done, skipped=self.skipped, errors=self.errors, force=True)
-            self.stream.write("\n")
+            if self.tty:
+                self.stream.write("\n")
             self.stream.flush()
 
 
