@@ -16,13 +16,10 @@ Public interface: docs/ENGINES.md. The JSON form: docs/state_reefs.md.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
-from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
-import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Template, get_template
 from scoring.common import Audit, Breakdown, Finding, Line, Severity
@@ -88,9 +85,6 @@ class Layout:
         """How many boxes of ``colour`` must be coloured to colour its grey ones (0: none)."""
         greys = [i + 1 for i, (_, _, g) in enumerate(self.tboxes.get(colour, ())) if g]
         return max(greys) if greys else 0
-
-
-_SPACE_RE = re.compile(r"^r(\d+)c(\d+)$")
 
 
 def _slot_sorted(items: Iterable[tuple[int, Any]]) -> list:

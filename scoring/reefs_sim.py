@@ -57,7 +57,7 @@ class _Sheet:
         return len(self.lay.cboxes) > 0 and self.coin_boxes >= len(self.lay.cboxes)
 
 
-def _neighbours(lay: Layout, sheet: _Sheet, v: str, blocked_whirl: set):
+def _neighbours(lay: Layout, sheet: _Sheet, v: str):
     """Unused connections from ``v`` to spaces a route may enter (never an entry point)."""
     for cid, w in lay.adjacency.get(v, ()):
         if cid not in sheet.conn and w not in lay.entry_at:
@@ -77,7 +77,7 @@ def _any_moves(lay, sheet, start, k):
         if len(path) == k:
             out.append((tuple(path), tuple(spaces)))
             return
-        for cid, w in _neighbours(lay, sheet, v, set()):
+        for cid, w in _neighbours(lay, sheet, v):
             if cid in path:
                 continue
             path.append(cid); spaces.append(w)
@@ -93,12 +93,11 @@ def _any_moves(lay, sheet, start, k):
 
 def _straight_moves(lay, sheet, start, k, at_least):
     out = []
-    r0, c0, _ = lay.spaces[start]
     for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0)):
         v, path, spaces = start, [], []
         while True:
             r, c, _ = lay.spaces[v]
-            w = next((w for cid, w in _neighbours(lay, sheet, v, set())
+            w = next((w for cid, w in _neighbours(lay, sheet, v)
                       if lay.spaces[w][0] == r + dr and lay.spaces[w][1] == c + dc), None)
             if w is None:
                 break

@@ -7,7 +7,6 @@ on paper, usually indistinguishable from one drawn earlier (RULES_reefs.md, R9).
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 
