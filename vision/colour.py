@@ -192,7 +192,17 @@ def palette_from_dict(doc, *, source: str = "<palette>") -> Palette:
 
 
 def palette_ids() -> list[str]:
-    return sorted(p.stem for p in PALETTE_DIR.glob("*.json"))
+    """Ids of the reader palettes in ``calibration/palettes`` (other calibration data kept in
+    that folder, such as the simulator's pencil brands, is not a reader palette)."""
+    ids = []
+    for p in sorted(PALETTE_DIR.glob("*.json")):
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict) and "hue_deg" in json.dumps(doc.get("colours", ""))[:2000]:
+            ids.append(p.stem)
+    return ids
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,233 @@
+"""Light normalisation, colour calibration and region classification on rectified sheets.
+
+The sheets here are painted in the template frame (no camera): the clean render, pencil marks
+from the simulator's painter with pencils chosen here, and light/colour distortions applied by
+the tests, so every expectation is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.render import render_sheet
+from calibration.template import get_template
+from sheetcheck.errors import TemplateError
+from sheetcheck.simulator.paint import paint_sheet
+from vision.colour import (HueSample, calibrate_palette, hue_diff, linear_to_lab, load_palette,
+                           palette_from_dict, srgb_to_lab, srgb_to_linear)
+from vision.light import normalise_light
+from vision.marks import build_sheet_model, classify_sheet
+
+DPI = 100.0
+
+#: Pencils for these tests (sRGB of a heavy stroke), deliberately not the simulator's brands.
+PENCILS = {"orange": (240, 125, 35), "red": (200, 40, 50), "blue": (35, 85, 195),
+           "green": (45, 150, 70), "purple": (120, 60, 150), "graphite": (85, 85, 90),
+           "ballpoint": (30, 40, 120)}
+
+#: A careful, heavy hand: full fills, X crosses, no strays (the painter's habits dict).
+HAND = {"pressure": 0.9, "hatch_angle_deg": -45.0, "spacing_mm": 0.6, "stroke_width_mm": 0.6,
+        "style": "hatch", "style_loyalty": 1.0, "overshoot_mm": 0.0, "coverage_min": 1.0,
+        "grain_strength": 0.3, "wobble_mm": 0.05, "stray_marks": 0, "cross_style": "x",
+        "cross_pencil": "graphite", "write_with": "graphite", "font": 0}
+
+
+@pytest.fixture(scope="module")
+def crypts():
+    t = get_template("crypts-1")
+    render = render_sheet(t, dpi=DPI).image
+    return t, render, build_sheet_model(t, render, dpi=DPI)
+
+
+def _paint(t, render, marks, *, seed=0, pencils=PENCILS, hand=HAND):
+    return paint_sheet(render, t, marks, dpi=DPI, rng=np.random.default_rng(seed),
+                       pencils=pencils, hand=hand)
+
+
+def _read(model, image, **kw):
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    return classify_sheet(light.linear, model, **kw)
+
+
+def _cast(image, *, gain=(1.0, 0.82, 0.6), gradient=0.5):
+    """Warm light falling off across the sheet (applied in linear light, as a lamp does)."""
+    lin = srgb_to_linear(image)
+    h, w = image.shape[:2]
+    ramp = (1.0 - gradient * np.linspace(0, 1, w))[None, :, None]
+    out = lin * ramp * np.asarray(gain, np.float32)
+    from vision.colour import linear_to_srgb
+    return linear_to_srgb(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# colour
+# ---------------------------------------------------------------------------------------------
+
+def test_lab_of_white_grey_and_primaries():
+    lab = srgb_to_lab(np.array([[255, 255, 255], [119, 119, 119], [255, 0, 0]], np.uint8))
+    assert lab[0] == pytest.approx([100.0, 0.0, 0.0], abs=0.05)
+    assert lab[1, 0] == pytest.approx(50.0, abs=0.5) and abs(lab[1, 1]) < 0.05
+    assert lab[2] == pytest.approx([53.24, 80.09, 67.20], abs=0.1)  # sRGB red, D65
+
+
+def test_default_palette_is_broad_and_ordered_by_hue():
+    pal = load_palette("default")
+    assert set(pal.names) == {"orange", "red", "blue", "green", "purple"}
+    # the hard pairs are apart by more than two spreads, so a prior alone can separate them
+    for a, b in (("orange", "red"), ("blue", "purple")):
+        ca, cb = pal.colour(a), pal.colour(b)
+        assert abs(float(hue_diff(ca.hue_deg, cb.hue_deg))) > ca.hue_spread_deg + cb.hue_spread_deg
+
+
+def test_palette_validation_reports_every_problem():
+    with pytest.raises(TemplateError, match=r"(?s)format_version.*colour 'red'.*hue_deg.*colour 'blue'.*spread"):
+        palette_from_dict({"format_version": 2, "id": "x",
+                           "colours": {"red": {"hue_deg": 400, "hue_spread_deg": 10},
+                                       "blue": {"hue_deg": 260, "hue_spread_deg": 0}}})
+    with pytest.raises(TemplateError, match="unknown palette .nope.. Known palettes: default"):
+        load_palette("nope")
+
+
+def test_calibration_follows_swatches_and_keeps_unlabelled_outliers_out():
+    prior = load_palette("default")
+    # a red pencil that is unusually orange-ish (hue 42) coloured in its swatch
+    cal = calibrate_palette(prior, [HueSample(42.0, 1.0, "red"), HueSample(300.0, 1.0, None),
+                                    HueSample(210.0, 1.0, None)])
+    assert cal.source == "swatches+sheet"
+    assert float(hue_diff(cal.colour("red").hue_deg, 42.0)) == pytest.approx(0.0, abs=3.5)
+    assert cal.colour("orange").hue_deg == pytest.approx(prior.colour("orange").hue_deg)  # no evidence
+    # hue 210 is 3+ spreads from every pencil: it must not drag blue or green
+    assert cal.colour("green").hue_deg == pytest.approx(prior.colour("green").hue_deg)
+    assert cal.evidence["green"] == 0 and cal.evidence["blue"] == 0 and cal.evidence["purple"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# light
+# ---------------------------------------------------------------------------------------------
+
+def test_light_flattens_a_gradient_and_removes_a_colour_cast(crypts):
+    t, render, model = crypts
+    img = _cast(render, gain=(1.0, 0.8, 0.55), gradient=0.6)
+    raw = srgb_to_linear(img)[model.paper_mask]
+    assert raw[:, 1].max() / raw[:, 1].min() > 2.0  # the input really is uneven
+    light = normalise_light(img, paper_mask=model.paper_mask)
+    paper = light.linear[model.paper_mask]
+    assert np.percentile(paper, 1) > 0.93 and np.percentile(paper, 99) < 1.07
+    lab = linear_to_lab(paper[::50])
+    assert np.median(np.hypot(lab[:, 1], lab[:, 2])) < 1.5  # the cast is gone: paper is grey
+    assert light.white_balance[2] < light.white_balance[0] * 0.7  # and it was measured
+    assert light.shading_range > 2.0
+
+
+def test_light_rejects_mismatched_masks():
+    with pytest.raises(ValueError, match="paper_mask shape"):
+        normalise_light(np.zeros((10, 10, 3), np.uint8), paper_mask=np.ones((5, 5), bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+# ---------------------------------------------------------------------------------------------
+
+def _all_marks(t):
+    """Every mark on a spread of regions, including over print (symbols, coloured outlines)."""
+    cells = [r.id for r in t.regions_of_kind("symbol")]
+    boxes = [r.id for r in t.regions_of_kind("box")]
+    marks = {}
+    order = ["orange", "red", "blue", "green", "purple", "crossed", "empty"]
+    for k, rid in enumerate(cells + boxes):
+        marks[rid] = order[k % len(order)]
+    return marks
+
+
+def test_every_mark_is_read_on_a_painted_sheet(crypts):
+    t, render, model = crypts
+    marks = _all_marks(t)
+    sheet = _read(model, _paint(t, render, marks))
+    wrong = {rid: (m, sheet.readings[rid].mark) for rid, m in marks.items()
+             if sheet.readings[rid].mark != m}
+    assert not wrong
+    flagged = [rid for rid in marks if sheet.readings[rid].review]
+    assert len(flagged) <= 2, flagged
+    # confidences are probabilities of the chosen mark
+    for rid in marks:
+        r = sheet.readings[rid]
+        assert 0.0 <= r.confidence <= 1.0
+        assert r.alternatives[0][0] == r.mark
+        assert sum(p for _, p in r.alternatives) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_reading_survives_warm_uneven_light(crypts):
+    t, render, model = crypts
+    marks = _all_marks(t)
+    img = _cast(_paint(t, render, marks, seed=3), gain=(1.0, 0.78, 0.5), gradient=0.55)
+    sheet = _read(model, img)
+    for rid, m in marks.items():
+        r = sheet.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark, r.confidence)
+    accuracy = np.mean([sheet.readings[rid].mark == m for rid, m in marks.items()])
+    assert accuracy >= 0.97
+
+
+def test_partial_fills_and_graphite_crosses(crypts):
+    t, render, model = crypts
+    hand = dict(HAND, coverage_min=0.6, style="zigzag", spacing_mm=1.0, pressure=0.6)
+    boxes = [r.id for r in t.regions_of_kind("box")][:12]
+    marks = {rid: ("crossed" if k % 3 == 2 else ["orange", "blue"][k % 2]) for k, rid in enumerate(boxes)}
+    sheet = _read(model, _paint(t, render, marks, seed=5, hand=hand))
+    for rid, m in marks.items():
+        r = sheet.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark, r.confidence)
+    assert np.mean([sheet.readings[rid].mark == m for rid, m in marks.items()]) >= 0.9
+
+
+def test_blank_sheet_reads_empty_everywhere(crypts):
+    t, render, model = crypts
+    sheet = _read(model, render.copy())
+    assert {r.mark for r in sheet.readings.values()} == {"empty"}
+    assert not sheet.flagged
+
+
+def test_swatches_calibrate_unusual_pencils(crypts):
+    """A brand whose red is nearly orange and whose blue is nearly purple: from the prior alone
+    these are doubtful; with the swatches coloured, the reader follows the player's pencils."""
+    t, render, model = crypts
+    odd = dict(PENCILS, red=(215, 70, 40), orange=(245, 150, 40), blue=(70, 70, 200),
+               purple=(140, 60, 170))
+    cells = [r.id for r in t.regions_of_kind("box")][:20]
+    marks = {rid: ["red", "orange", "blue", "purple"][k % 4] for k, rid in enumerate(cells)}
+    swatches = {f"swatch.{c}": c for c in ("orange", "red", "blue", "purple", "green")}
+    sheet = _read(model, _paint(t, render, {**marks, **swatches}, seed=7, pencils=odd))
+    assert sheet.palette.source.startswith("swatches")
+    for rid, m in {**marks, **swatches}.items():
+        r = sheet.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark, r.confidence)
+    assert np.mean([sheet.readings[rid].mark == m for rid, m in marks.items()]) >= 0.95
+
+
+def test_connections_are_read_along_their_band():
+    t = get_template("reefs-1")
+    render = render_sheet(t, dpi=DPI).image
+    model = build_sheet_model(t, render, dpi=DPI)
+    conns = [r.id for r in t.regions_of_kind("connection")][:20]
+    marks = {rid: ["green", "empty", "red", "blue", "empty"][k % 5] for k, rid in enumerate(conns)}
+    sheet = _read(model, _paint(t, render, marks, seed=11))
+    for rid, m in marks.items():
+        r = sheet.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark)
+        assert "length_coverage" in r.features
+    assert np.mean([sheet.readings[rid].mark == m for rid, m in marks.items()]) >= 0.95
+
+
+def test_photo_confidence_caps_every_reading(crypts):
+    t, render, model = crypts
+    marks = _all_marks(t)
+    light = normalise_light(_paint(t, render, marks), paper_mask=model.paper_mask)
+    sheet = classify_sheet(light.linear, model, photo_confidence=0.5)
+    assert all(r.confidence <= 0.5 and r.review for r in sheet.readings.values())
+
+
+def test_classify_rejects_wrong_frame(crypts):
+    _, _, model = crypts
+    with pytest.raises(ValueError, match="does not match the sheet model"):
+        classify_sheet(np.ones((10, 10, 3), np.float32), model)
