@@ -24,15 +24,15 @@ MAX_BYTES = 1_000_000
 #: (template, preset, seed, markers, extra --set overrides). Covers all six sheets, the three
 #: presets, sheets with and without markers, and the range of output sizes.
 SAMPLES: list[tuple[str, str, int, bool, dict]] = [
-    ("crypts-1", "easy", 1, True, {}),
+    ("crypts-1", "easy", 1, True, {"jpeg_quality": 86}),
     ("crypts-1", "hard", 2, True, {}),
     ("crypts-1", "typical", 3, False, {"output_long_side": 2048}),
     ("crypts-2", "typical", 2, True, {"output_long_side": 2048}),
     ("crypts-2", "easy", 4, True, {"output_long_side": 2000}),
     ("crypts-3", "typical", 5, True, {"output_long_side": 1600}),
     ("crypts-3", "hard", 6, False, {}),
-    ("reefs-1", "easy", 7, True, {"output_long_side": 2000}),
-    ("reefs-1", "typical", 8, True, {"output_long_side": 2560}),
+    ("reefs-1", "easy", 7, True, {"output_long_side": 2000, "jpeg_quality": 89}),
+    ("reefs-1", "typical", 8, True, {"output_long_side": 2560, "jpeg_quality": 84}),
     ("reefs-2", "typical", 9, False, {"output_long_side": 2048}),
     ("reefs-2", "hard", 10, True, {}),
     ("reefs-3", "easy", 11, False, {"output_long_side": 1600}),
