@@ -271,7 +271,12 @@ def make_state(template: Template, **parts) -> State:
         raw = parts.get(name, ())
         items = raw.items() if isinstance(raw, Mapping) else raw
         out = {}
-        for rid, col in items:
+        for item in items:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2
+                    and isinstance(item[0], str) and isinstance(item[1], str)):
+                problems.append(f"{name}: expected (region id, colour) pairs, got {item!r}")
+                continue
+            rid, col = item
             if rid not in known:
                 problems.append(f"{name}: {rid!r} is not a {name[:-1]} of template {template.id!r}")
             elif col not in COLOURS:
@@ -292,8 +297,9 @@ def make_state(template: Template, **parts) -> State:
     def ids(name, known):
         out = set()
         for rid in parts.get(name, ()):
-            if rid not in known:
+            if not isinstance(rid, str) or rid not in known:
                 problems.append(f"{name}: {rid!r} is not one of template {template.id!r}")
+                continue
             out.add(rid)
         return tuple(sorted(out))
 
@@ -310,6 +316,7 @@ def make_state(template: Template, **parts) -> State:
             if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n:
                 problems.append(f"{name}: slot {k!r} is not 1..{n} (template {template.id!r} "
                                 f"has {n} propellers on its track)")
+                continue
             out.add(k)
         return tuple(sorted(out))
 
@@ -318,13 +325,13 @@ def make_state(template: Template, **parts) -> State:
     raw_stars = parts.get("stars", ())
     st = {}
     for bonus, mark in (raw_stars.items() if isinstance(raw_stars, Mapping) else raw_stars):
-        if bonus not in lay.stars:
+        if not isinstance(bonus, str) or bonus not in lay.stars:
             problems.append(f"stars: {bonus!r} is not a bonus star of template {template.id!r}; "
                             f"it has {', '.join(sorted(lay.stars))}")
             continue
         try:
             mk = StarMark(mark)
-        except ValueError:
+        except (ValueError, TypeError):
             problems.append(f"stars: {bonus!r} is marked {mark!r}; allowed: empty, coloured, crossed")
             continue
         if mk is not StarMark.EMPTY:
@@ -528,6 +535,9 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
     for colour, trails in obj("routes", {}).items():
         if colour not in COLOURS:
             raise StateError(f"routes: {colour!r} is not a pencil colour; use {', '.join(COLOURS)}.")
+        if not isinstance(trails, list):
+            raise StateError(f"routes.{colour}: give the route as a list of spaces like "
+                             f"[\"r1c2\", \"r1c3\"], got {trails!r}.")
         if trails and isinstance(trails[0], str):
             trails = [trails]  # one trail may be written without the outer list
         for trail in trails:
@@ -555,7 +565,7 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
             if trails and isinstance(trails[0], str):
                 trails = [trails]
             for trail in trails:
-                if trail and _long(trail[0]) in lay.entry_at:
+                if trail and isinstance(trail[0], str) and _long(trail[0]) in lay.entry_at:
                     entries[lay.entry_at[_long(trail[0])]] = colour
 
     def box_slots(v, n, where):

@@ -623,3 +623,51 @@ def test_simulated_moves_follow_the_dice_and_the_map(level):
         kinds |= {m["kind"] for m in log}
     assert {"die", "forfeit"} <= kinds
     assert ("whirlpool" in kinds) == (level == 2) and ("propeller" in kinds) == (level == 3)
+
+
+def test_hand_typed_nonsense_is_a_clear_error_never_a_crash():
+    from hypothesis import given, settings, strategies as st
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-2, 9), st.sampled_from(
+        ["r1c2", "r1c3", "r2c3", "blue", "red", "coloured", "crossed", "total", "treasure.2",
+         "entry.1", "whirlpool.1", "treasurebox.blue.1"]))
+    value = st.recursive(leaf, lambda kids: st.lists(kids, max_size=4)
+                         | st.dictionaries(st.sampled_from(["blue", "red", "rims", "cores",
+                                                            "treasure.2", "entry.1",
+                                                            "five_by_two"]), kids, max_size=3),
+                         max_leaves=12)
+    keys = ["routes", "entries", "treasures", "whirlpools", "treasure_boxes", "coin_boxes",
+            "propellers", "stars", "written", "crossed", "level"]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.dictionaries(st.sampled_from(keys), value, max_size=4))
+    def check(extra):
+        doc = {"game": "pick_a_pen_reefs", "template": "reefs-1", **extra}
+        try:
+            s = reefs.state_from_json(doc)
+        except StateError as e:
+            assert str(e)
+        else:
+            reefs.audit(s)
+
+    check()
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_any_reading_the_template_allows_is_scored_and_round_trips(level):
+    # the reader can return any mark a region allows, in any combination: never a crash
+    from hypothesis import given, settings, strategies as st
+    t = tpl(level)
+    regions = [r for r in t.regions if r.readable]
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.data())
+    def check(data):
+        marks = {r.id: data.draw(st.sampled_from(r.marks)) if data.draw(st.booleans()) else "empty"
+                 for r in regions}
+        s = reefs.state_from_marks(t, marks)
+        a = reefs.audit(s)
+        assert a.rules.total == sum(l.points for l in a.rules.lines) >= 0
+        assert reefs.state_from_marks(t, reefs.state_to_marks(s)) == s
+        assert reefs.state_from_json(json.loads(json.dumps(reefs.state_to_json(s)))) == s
+
+    check()
