@@ -43,7 +43,8 @@ def expected_from_truth(truth: dict, photo_name: str) -> dict:
         "total": doc["total"],
         "findings": sorted({f["rule"] for f in doc["findings"]}),
         "differences": doc["differences"],
-        "breakdown_rules": [[l["section"], l["label"], l["points"]]
+        # one readable line each, to review by hand against the photo and the rulebook
+        "breakdown_rules": [f'{l["section"]}: {l["label"]} = {l["points"]}'
                             for l in doc["breakdown"]["rules"]["lines"]],
         "marks": marks,
     }
