@@ -64,9 +64,12 @@ def linear_to_lab(linear: np.ndarray) -> np.ndarray:
     """Linear RGB (..., 3) with white = (1, 1, 1) -> CIELAB (..., 3) float32 (L*, a*, b*)."""
     rgb = np.asarray(linear, np.float32)
     xyz = rgb @ _RGB2XYZN.T
-    xyz = np.maximum(xyz, 0.0)
-    d = 6.0 / 29.0
-    f = np.where(xyz > d ** 3, np.cbrt(xyz), xyz / (3 * d * d) + 4.0 / 29.0)
+    d3 = (6.0 / 29.0) ** 3
+    # cbrt on the whole array, the linear toe only where needed (rare: very dark texels)
+    f = np.cbrt(np.maximum(xyz, d3, dtype=np.float32))
+    low = xyz < d3
+    if low.any():
+        f[low] = xyz[low] * (1.0 / (3 * (6.0 / 29.0) ** 2)) + 4.0 / 29.0
     lab = np.empty_like(f)
     lab[..., 0] = 116.0 * f[..., 1] - 16.0
     lab[..., 1] = 500.0 * (f[..., 0] - f[..., 1])
@@ -136,7 +139,8 @@ class Palette:
         out = {}
         for c in self.colours:
             if names is None or c.name in names:
-                out[c.name] = abs(float(hue_diff(hue, c.hue_deg))) / c.hue_spread_deg
+                d = (hue - c.hue_deg + 180.0) % 360.0 - 180.0
+                out[c.name] = abs(d) / c.hue_spread_deg
         return out
 
     def to_json(self) -> dict:

@@ -12,6 +12,7 @@ their reflectance (what a pencil *is*, independent of the lamp).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import cv2
 import numpy as np
@@ -25,10 +26,12 @@ class NormalisedLight:
 
     Attributes
     ----------
-    linear : (H, W, 3) float32 ndarray
-        Linear RGB divided by the paper's illumination (paper = 1).
+    image : (H, W, 3) uint8 ndarray
+        The rectified photo as given.
+    illumination_full : (H, W, 3) float32 ndarray
+        The paper's linear RGB at every pixel (smooth): what the photo is divided by.
     illumination : (h, w, 3) float32 ndarray
-        The coarse paper colour per block (linear RGB), before smoothing to full size.
+        The coarse paper colour per block (linear RGB).
     paper_coverage : float
         Share of blocks that showed enough bare paper to measure (the rest were filled in).
     white_balance : tuple of float
@@ -37,22 +40,33 @@ class NormalisedLight:
         Ratio of the brightest to the darkest paper block (1 = perfectly even light).
     """
 
-    linear: np.ndarray
+    image: np.ndarray
+    illumination_full: np.ndarray
     illumination: np.ndarray
     paper_coverage: float
     white_balance: tuple[float, float, float]
     shading_range: float
+
+    @cached_property
+    def linear(self) -> np.ndarray:
+        """(H, W, 3) float32 linear RGB divided by the paper's illumination (paper = 1)."""
+        return SRGB_TO_LINEAR[self.image] / self.illumination_full
+
+    def sample(self, flat_index: np.ndarray) -> np.ndarray:
+        """Normalised linear RGB at flat pixel indices, ``(N, 3)`` float32 (no full-size
+        division: the reader only needs the pixels of its regions and of some paper)."""
+        idx = np.asarray(flat_index)
+        return (SRGB_TO_LINEAR[self.image.reshape(-1, 3)[idx]]
+                / self.illumination_full.reshape(-1, 3)[idx])
 
     def to_srgb(self) -> np.ndarray:
         """The normalised photo as uint8 sRGB (for debug pictures)."""
         return linear_to_srgb(self.linear)
 
 
-def _block_sum(x: np.ndarray, block: int, hb: int, wb: int) -> np.ndarray:
-    h, w = hb * block, wb * block
-    x = x[:h, :w]
-    shp = (hb, block, wb, block) + x.shape[2:]
-    return x.reshape(shp).sum(axis=(1, 3))
+def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
+    v = np.clip(v / 255.0, 0, 1)
+    return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4).astype(np.float32)
 
 
 def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndarray | None = None,
@@ -73,8 +87,8 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     min_paper : float
         Minimum share of paper pixels for a block to be measured.
     reject : float
-        Relative deviation (in luminance) from the block's first estimate beyond which a pixel
-        is not counted as paper (pencil strays, print bleed from misregistration).
+        Relative deviation (in grey level) below the block's first estimate beyond which a
+        pixel is not counted as paper (pencil strays, print bleed from misregistration).
 
     Returns
     -------
@@ -98,32 +112,32 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
             raise ValueError(f"valid shape {valid.shape} does not match image {(H, W)}")
         paper_mask = paper_mask & valid
     block = int(max(2, block))
-    lin = SRGB_TO_LINEAR[image]
     hb, wb = max(1, H // block), max(1, W // block)
-    m = paper_mask.astype(np.float32)
-    lum = lin @ np.array([0.2126, 0.7152, 0.0722], np.float32)
-    # Pass 1: the paper is the brightest large population of a block; a high quantile-like
-    # estimate is the block mean of paper pixels brighter than the block mean.
-    cnt = _block_sum(m, block, hb, wb)
-    s1 = _block_sum(lum * m, block, hb, wb) / np.maximum(cnt, 1)
-    ref = cv2.resize(s1, (wb * block, hb * block), interpolation=cv2.INTER_NEAREST)
-    ref_full = np.ones((H, W), np.float32)
-    ref_full[:hb * block, :wb * block] = ref
-    # Pass 2: pixels far below the block's first estimate are pencil or ink, not paper.
-    keep = m * (lum >= (1 - reject) * ref_full)
-    cnt2 = _block_sum(keep, block, hb, wb)
-    sums = _block_sum(lin * keep[..., None], block, hb, wb)
-    ok = cnt2 >= min_paper * block * block
+    hc, wc = hb * block, wb * block
+    img = image[:hc, :wc]
+    m = paper_mask[:hc, :wc].astype(np.float32)
+    grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY).astype(np.float32)
+    area = float(block * block)
+    # Block means by area resampling (an exact block average for an integer factor).
+    down = lambda x: cv2.resize(x, (wb, hb), interpolation=cv2.INTER_AREA) * area  # noqa: E731
+    # Pass 1: mean grey of the paper pixels of each block.
+    cnt = down(m)
+    s1 = down(grey * m) / np.maximum(cnt, 1)
+    ref = cv2.resize(s1, (wc, hc), interpolation=cv2.INTER_NEAREST)
+    # Pass 2: pixels well below the block's first estimate are pencil or ink, not paper.
+    keep = m * (grey >= (1 - reject) * ref)
+    cnt2 = down(keep)
+    sums = down(img.astype(np.float32) * keep[..., None])
+    ok = cnt2 >= min_paper * area
     illum = np.zeros((hb, wb, 3), np.float32)
-    illum[ok] = sums[ok] / cnt2[ok, None]
+    illum[ok] = _srgb_mean_to_linear(sums[ok] / cnt2[ok, None])
     coverage = float(ok.mean())
     if not ok.any():
         # No paper seen at all (should not happen on a sheet): fall back to a global white
         # point from the brightest pixels, so the result is still white-balanced.
-        flat = lin.reshape(-1, 3)
-        top = flat[lum.reshape(-1) >= np.quantile(lum, 0.9)]
-        wp = np.maximum(top.mean(axis=0), 1e-3)
-        illum[:] = wp
+        g = grey.reshape(-1)
+        top = img.reshape(-1, 3)[g >= np.quantile(g, 0.9)]
+        illum[:] = np.maximum(_srgb_mean_to_linear(top.mean(axis=0)), 1e-3)
         ok[:] = True
     # Fill blocks without paper by normalised convolution from their measured neighbours, at
     # growing scales, so a large printed area borrows light from around it.
@@ -142,14 +156,15 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
         filled[missing] = np.median(illum[ok], axis=0)
     # A light smoothing kills block noise without blurring shadow edges much (~1 block).
     smooth = cv2.GaussianBlur(filled, (0, 0), 0.7) if min(hb, wb) > 2 else filled
-    full = cv2.resize(smooth, (W, H), interpolation=cv2.INTER_LINEAR)
+    # Block centres sit at (k + 0.5) * block: resize maps centre to centre.
+    full = cv2.resize(smooth, (wc, hc), interpolation=cv2.INTER_LINEAR)
+    if (hc, wc) != (H, W):
+        full = cv2.copyMakeBorder(full, 0, H - hc, 0, W - wc, cv2.BORDER_REPLICATE)
     full = np.maximum(full, 1e-3)
-    out = lin / full
     wbal = np.median(illum[ok], axis=0)
     lum_blocks = illum[ok] @ np.array([0.2126, 0.7152, 0.0722], np.float32)
     rng = float(lum_blocks.max() / max(lum_blocks.min(), 1e-3)) if lum_blocks.size else 1.0
-    return NormalisedLight(out.astype(np.float32, copy=False), smooth, coverage,
-                           tuple(float(v) for v in wbal), rng)
+    return NormalisedLight(image, full, smooth, coverage, tuple(float(v) for v in wbal), rng)
 
 
 __all__ = ["NormalisedLight", "normalise_light"]

@@ -135,6 +135,12 @@ class SheetModel:
     line_bins : (R,) int ndarray
         Number of bins per region (0 for area regions).
     is_line : (R,) bool ndarray
+    diag_bin : (P,) int ndarray
+        For pixels on a diagonal band of an area region: ``region * 16 + (diagonal - 1) * 8 +
+        bin``, the bin (of 8) along that diagonal; -1 elsewhere. A stroke along a diagonal hits
+        most bins; print fringe or a stray texel hits one or two.
+    paper_sample : (S,) int ndarray
+        Flat indices of up to ~20000 paper pixels spread over the sheet (noise statistics).
     """
 
     template: Template
@@ -153,6 +159,8 @@ class SheetModel:
     line_bin: np.ndarray
     line_bins: np.ndarray
     is_line: np.ndarray
+    diag_bin: np.ndarray
+    paper_sample: np.ndarray
 
 
 def _disk(r: int) -> np.ndarray:
@@ -260,7 +268,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
 
     margin = max(1, int(round(margin_mm * k)))
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
-    w_l, bin_l, nbins, is_line = [], [], [], []
+    w_l, bin_l, nbins, is_line, dbin_l = [], [], [], [], []
     next_bin = 0
     for r in template.readable_regions():
         x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
@@ -315,20 +323,28 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         pix_l.append(rr * W + cc)
         lab_l.append(np.full(rr.size, len(ids) - 1, np.int32))
         d1 = np.abs(u - v) / math.sqrt(2)
-        band_l.append(np.where(inner & (dd < 0.16) & (not line), np.where(d1 <= dd, 1, 2), 0))
-        off_l.append(inner & (dd > 0.32) & (not line))
+        which = np.where(inner & (dd < 0.16) & (not line), np.where(d1 <= dd, 1, 2), 0)
+        band_l.append(which)
+        # position along the diagonal, -1..1 -> 8 bins
+        along = np.where(which == 1, (u + v) / 2, (u - v) / 2)
+        bins_ = np.clip(((along + 1) * 4).astype(np.int64), 0, 7)
+        dbin_l.append(np.where(which > 0, (len(ids) - 1) * 16 + (which - 1) * 8 + bins_, -1))
+        off_l.append(inner & (dd > 0.42) & (not line))
         w_l.append(wgt)
         bin_l.append(bi)
         is_line.append(line)
         area.append(rr.size)
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     pix = cat(pix_l, np.int64)
+    paper_sample = np.flatnonzero(paper.reshape(-1))
+    if paper_sample.size > 20000:
+        paper_sample = paper_sample[:: paper_sample.size // 20000]
     divisor = np.maximum(divisor_img.reshape(-1, 3)[pix], 0.15).astype(np.float32)
     return SheetModel(template, float(dpi), (H, W), expected, paper,
                       tuple(ids), pix, cat(lab_l, np.int32),
                       cat(band_l, np.int8), cat(off_l, bool), np.asarray(area, np.int64), divisor,
                       cat(w_l, np.float32), cat(bin_l, np.int64), np.asarray(nbins, np.int64),
-                      np.asarray(is_line, bool))
+                      np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample)
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,6 +352,9 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
 # --------------------------------------------------------------------------------------------
 
 def _sigmoid(x):
+    if isinstance(x, (float, int, np.floating)):  # scalars: plain math is ~50x faster
+        x = max(-40.0, min(40.0, float(x)))
+        return 1.0 / (1.0 + math.exp(-x))
     return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
 
 
@@ -358,6 +377,8 @@ class _Features:
     diag_min: np.ndarray
     diag_max: np.ndarray
     coherence: np.ndarray
+    dlen_min: np.ndarray
+    dlen_max: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -465,11 +486,21 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     bc2 = np.bincount(lbl, b2 & ink, R) / np.maximum(nb2, 1)
     bc = np.bincount(lbl, (b1 | b2) & ink, R) / np.maximum(nb, 1)
     oc = np.bincount(lbl, model.off & ink, R) / np.maximum(no, 1)
+    # share of each diagonal's length that carries ink
+    sel = model.diag_bin >= 0
+    db = model.diag_bin[sel]
+    dhit = np.bincount(db, ink[sel], R * 16) > 0
+    dseen = np.bincount(db, ok[sel], R * 16) > 0
+    dh = (dhit & dseen).reshape(R, 2, 8).sum(axis=2)
+    ds = dseen.reshape(R, 2, 8).sum(axis=2)
+    dlen = np.where(ds >= 3, dh / np.maximum(ds, 1), 0.0)
+    dl1, dl2 = dlen[:, 0], dlen[:, 1]
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
-                     np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence)
+                     np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
+                     np.minimum(dl1, dl2), np.maximum(dl1, dl2))
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -483,8 +514,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
 
     Parameters
     ----------
-    linear : (H, W, 3) float32 ndarray
-        Output of :func:`vision.light.normalise_light` (paper = 1), in the model's frame.
+    linear : NormalisedLight or (H, W, 3) float32 ndarray
+        Output of :func:`vision.light.normalise_light` (or its ``linear`` image: paper = 1),
+        in the model's frame.
     model : SheetModel
         From :func:`build_sheet_model` at the same dpi.
     palette : Palette, optional
@@ -514,21 +546,27 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     -------
     SheetMarks
     """
-    linear = np.asarray(linear, np.float32)
     H, W = model.shape
-    if linear.shape != (H, W, 3):
-        raise ValueError(f"image shape {linear.shape} does not match the sheet model {(H, W, 3)}")
+    if hasattr(linear, "sample"):  # a NormalisedLight: sample only the pixels needed
+        shape = linear.image.shape
+        sample = linear.sample
+    else:
+        linear = np.asarray(linear, np.float32)
+        shape = linear.shape
+        flat = linear.reshape(-1, 3)
+        sample = flat.__getitem__
+    if tuple(shape) != (H, W, 3):
+        raise ValueError(f"image shape {tuple(shape)} does not match the sheet model {(H, W, 3)}")
     prior = palette or load_palette("default")
-    flat = linear.reshape(-1, 3)
     # Pencil on print multiplies its reflectance: divide the print out.
-    px = flat[model.pix] / model.divisor
+    px = sample(model.pix) / model.divisor
     lab = linear_to_lab(px)
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
     # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
-    pidx = np.flatnonzero(model.paper_mask.reshape(-1) & (True if valid is None else valid.reshape(-1)))
-    if pidx.size > 20000:
-        pidx = pidx[:: pidx.size // 20000]
-    th = _photo_thresholds(linear_to_lab(flat[pidx]), prior)
+    pidx = model.paper_sample
+    if valid is not None:
+        pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
+    th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
     f = _measure(lab, model, th, ok)
 
     regions = [model.template.region(rid) for rid in model.region_ids]
@@ -582,8 +620,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     if is_line:
         evidence = float(f.line_cover[i])
     else:
-        x_ev = float(f.diag_max[i] - f.off_cov[i]) * 0.7
-        evidence = max(cover, x_ev) if can_cross else cover
+        # a stroke along most of a diagonal, with the sectors bare, is a mark even when it
+        # covers little area
+        x_line = float(max(_sigmoid((f.dlen_min[i] - 0.6) / 0.08), _sigmoid((f.dlen_max[i] - 0.75) / 0.06))
+                       * _sigmoid((0.15 - f.off_cov[i]) / 0.03)) if f.x_ok[i] else 0.0
+        evidence = max(cover, 0.15 * x_line) if can_cross else cover
     if is_line:
         p_marked = float(_sigmoid((evidence - line_cover) / line_scale))
     elif "written" in allowed and not colours:
@@ -594,8 +635,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     # Faint evidence (a light hand, a washed-out photo) cannot make a mark, but it makes
     # "empty" doubtful: a person should look.
     faint_ev = float(f.faint_line[i]) if is_line else float(f.faint_cover[i])
-    faint_thr = line_cover if is_line else (written_cover if ("written" in allowed and not colours)
-                                             else empty_cover)
+    # (a faint trail along most of a connection; for areas, faint texels over a good part of
+    # the region: print residue and JPEG fringes stay well below that)
+    faint_thr = 0.5 if is_line else 0.25
     p_faint = float(_sigmoid((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
     p_marked = max(p_marked, 0.5 * p_faint)
     probs: dict[str, float] = {m: 0.0 for m in allowed}
@@ -615,9 +657,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             dmin, dmax = float(f.diag_min[i]), float(f.diag_max[i])
             # X: both diagonals inked, sectors bare. Slash: one diagonal, thin (a fill along a
             # diagonal covers a broad swath, a slash a stroke). Fill: sectors or area covered.
-            lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03))
+            lmin, lmax = float(f.dlen_min[i]), float(f.dlen_max[i])
+            lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03)
+                       * _sigmoid((lmin - 0.6) / 0.08))
             ls = float(_sigmoid((dmax - off - 0.2) / 0.05) * _sigmoid((0.12 - off) / 0.03)
-                       * _sigmoid((0.12 - cover) / 0.02))
+                       * _sigmoid((0.12 - cover) / 0.02) * _sigmoid((lmax - 0.75) / 0.06))
             if not f.x_ok[i]:
                 lx = ls = 0.0  # too little unprinted area to see arms and sectors
             # Colouring a region in covers it; crossing it out (an X, a slash, a scribble)
@@ -625,6 +669,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # hatch) may still be a fill: that case is left undecided.
             # (density counts faint texels too: a light hand's fill is still a fill)
             dense = float(_sigmoid((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04))
+            if f.x_ok[i]:
+                # ... and a fill covers the sectors between the diagonals, not only the arms
+                dense *= float(_sigmoid((off - 0.3) / 0.05))
             incoherent = float(_sigmoid((0.4 - float(f.coherence[i])) / 0.06))
             lx = max(lx, ls, (1.0 - dense) * incoherent * float(_sigmoid((cover - 0.15) / 0.03)))
             lf = dense
@@ -682,7 +729,8 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
              "coloured": float(f.coloured[i]),
              "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
              "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
-             **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i])})}
+             **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i]),
+                                      "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
 
 

@@ -1,0 +1,115 @@
+"""``sheetcheck bench read [--count N] [--json PATH]``: read speed as ratios within one run.
+
+Generates ``N`` 12 MP JPEGs with the simulator (seeded, typical preset, all six sheets in turn;
+4000 x 3000 px), then, single-threaded (``cv2.setNumThreads(1)``) and in one process, for each
+photo: a full-resolution Pillow decode (the yardstick: what any program that opens the photo
+pays) and a full read (``vision.pipeline.read_photo``). Reports the median decode time, the
+median read time, their ratio, per-stage medians, and the peak memory (``ru_maxrss`` of the
+process and the tracemalloc peak of one read). Shared machines are noisy, so the figures that
+matter are the ratios measured side by side in the same run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+BENCH_FORMAT = "sheetcheck.bench.read/1"
+SIZE_12MP = 4000
+
+
+def make_photos(count: int, *, seed: int = 9000) -> list[tuple[str, bytes]]:
+    """``count`` simulated 12 MP JPEGs (name, bytes)."""
+    import numpy as np
+
+    from calibration.template import get_template, template_ids
+    from sheetcheck.simulator import random_marks, simulate_photo
+
+    ids = template_ids()
+    out = []
+    for k in range(count):
+        t = get_template(ids[k % len(ids)])
+        marks = random_marks(t, np.random.default_rng(seed + k))
+        ph = simulate_photo(t, marks, seed=seed + k, preset="typical",
+                            overrides={"output_long_side": SIZE_12MP, "aspect": 4 / 3})
+        out.append((f"{t.id}-{seed + k}.jpg", ph.jpeg))
+    return out
+
+
+def full_decode_ms(data: bytes) -> float:
+    from PIL import Image
+
+    t0 = time.perf_counter()
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+    return (time.perf_counter() - t0) * 1000
+
+
+def bench(photos: list[tuple[str, bytes]]) -> dict:
+    import cv2
+
+    from vision.pipeline import read_photo
+
+    cv2.setNumThreads(1)
+    # warm-up: template models, renders and imports are paid once per process, not per photo
+    read_photo(photos[0][1])
+    decode, read, stages, per = [], [], {}, []
+    peak_tm = 0
+    for k, (name, data) in enumerate(photos):
+        d = full_decode_ms(data)
+        if k == 0:
+            tracemalloc.start()
+        t0 = time.perf_counter()
+        r = read_photo(data, label=name)
+        total = (time.perf_counter() - t0) * 1000
+        if k == 0:
+            peak_tm = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        decode.append(d)
+        read.append(total)
+        for st, v in r.timings_ms.items():
+            stages.setdefault(st, []).append(v)
+        per.append({"photo": name, "decode_ms": round(d, 1), "read_ms": round(total, 1),
+                    "ratio": round(total / d, 3)})
+    med_d, med_r = statistics.median(decode), statistics.median(read)
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "format": BENCH_FORMAT,
+        "photos": len(photos),
+        "photo_size": "4000x3000 JPEG (typical preset)",
+        "threads": 1,
+        "median_full_decode_ms": round(med_d, 1),
+        "median_read_ms": round(med_r, 1),
+        "ratio_read_over_decode": round(med_r / med_d, 3),
+        "median_ratio_per_photo": round(statistics.median(p["ratio"] for p in per), 3),
+        "stage_medians_ms": {k: round(statistics.median(v), 1) for k, v in stages.items()},
+        "peak_rss_mb": round(rss_kb / 1024, 1),
+        "tracemalloc_peak_mb_one_read": round(peak_tm / 2 ** 20, 1),
+        "per_photo": per,
+    }
+
+
+def run(args) -> int:
+    count = int(args.count or 6)
+    if count < 1:
+        from sheetcheck.errors import InputFileError
+        raise InputFileError(f"--count must be at least 1, got {count}.", hint="Try --count 6.")
+    print(f"generating {count} simulated 12 MP photos ...", file=sys.stderr, flush=True)
+    photos = make_photos(count)
+    res = bench(photos)
+    print(f"read benchmark, {res['photos']} photos of {res['photo_size']}, 1 thread")
+    print(f"  median full decode (Pillow)  {res['median_full_decode_ms']:8.1f} ms")
+    print(f"  median read (whole pipeline) {res['median_read_ms']:8.1f} ms")
+    print(f"  read / decode                {res['ratio_read_over_decode']:8.2f}")
+    print("  stages (median ms): " + ", ".join(f"{k} {v:.0f}" for k, v in res["stage_medians_ms"].items()))
+    print(f"  peak RSS {res['peak_rss_mb']:.0f} MB, tracemalloc peak of one read "
+          f"{res['tracemalloc_peak_mb_one_read']:.0f} MB")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return 0

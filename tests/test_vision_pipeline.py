@@ -1,0 +1,73 @@
+"""The reader end to end on small simulated photos: decode -> locate -> rectify -> light -> marks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.template import get_template
+from sheetcheck.errors import NotAnImageError, UnknownTemplateError
+from sheetcheck.simulator import random_marks, simulate_photo
+from vision.pipeline import READ_FORMAT, STAGES, read_photo, sheet_model
+
+#: Small photos keep the suite fast; the easy preset is a good, even, near-frontal photo.
+SMALL = {"output_long_side": 1600}
+
+
+@pytest.fixture(scope="module")
+def easy_crypts():
+    t = get_template("crypts-2")
+    marks = random_marks(t, np.random.default_rng(21))
+    return t, marks, simulate_photo(t, marks, seed=21, preset="easy", overrides=SMALL)
+
+
+def test_easy_photo_is_read_right_and_wrong_readings_are_flagged(easy_crypts):
+    t, marks, photo = easy_crypts
+    reading = read_photo(photo.jpeg)
+    assert reading.template.id == t.id
+    assert set(reading.readings) == {r.id for r in t.readable_regions()}
+    wrong = {rid: (m, reading.readings[rid].mark) for rid, m in photo.truth["marks"].items()
+             if reading.readings[rid].mark != m}
+    confident_wrong = {rid: w for rid, w in wrong.items() if not reading.readings[rid].review}
+    assert not confident_wrong
+    assert len(wrong) <= 2, wrong
+    assert len(reading.flagged) <= 6, reading.flagged
+    assert set(STAGES) <= set(reading.timings_ms) and reading.timings_ms["total"] > 0
+
+
+def test_reading_serialises_to_the_public_contract(easy_crypts):
+    t, _, photo = easy_crypts
+    doc = read_photo(photo.jpeg, label="photo.jpg").to_json()
+    assert doc["format"] == READ_FORMAT and doc["photo"] == "photo.jpg"
+    assert doc["template"] == t.id and doc["template_version"] == t.version
+    assert set(doc["location"]) == {"method", "markers_found", "quality"}
+    r = next(iter(doc["regions"].values()))
+    assert set(r) >= {"mark", "confidence", "review", "alternatives"}
+    assert 0.0 <= r["confidence"] <= 1.0 and isinstance(r["review"], bool)
+
+
+def test_reefs_photo_without_markers_has_no_confident_error():
+    t = get_template("reefs-1")
+    marks = random_marks(t, np.random.default_rng(5))
+    photo = simulate_photo(t, marks, seed=5, preset="typical", markers=False, overrides=SMALL)
+    reading = read_photo(photo.jpeg, template_id="reefs-1")
+    for rid, m in photo.truth["marks"].items():
+        r = reading.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark, r.confidence)
+    accuracy = np.mean([reading.readings[rid].mark == m for rid, m in photo.truth["marks"].items()])
+    assert accuracy >= 0.95
+
+
+def test_bad_inputs_raise_the_projects_errors():
+    with pytest.raises(NotAnImageError):
+        read_photo(b"this is not a photo")
+    with pytest.raises(UnknownTemplateError, match="unknown template 'nope'"):
+        png = simulate_photo(get_template("crypts-1"), {}, seed=1, preset="easy",
+                             overrides={"output_long_side": 800}).jpeg
+        read_photo(png, template_id="nope")
+
+
+def test_sheet_model_is_built_once_per_template_and_dpi():
+    t = get_template("crypts-1")
+    assert sheet_model(t, dpi=60.0) is sheet_model(t, dpi=60.0)
+    assert sheet_model(t, dpi=60.0) is not sheet_model(t, dpi=61.0)
