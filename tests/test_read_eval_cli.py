@@ -1,0 +1,100 @@
+"""`sheetcheck read` and `sheetcheck eval`: output shapes, many photos per run, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from calibration.template import get_template
+from sheetcheck.cli import main
+from sheetcheck.simulator import random_marks, simulate_photo
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Two small simulated photos with truth, as `sheetcheck simulate` writes them."""
+    d = tmp_path_factory.mktemp("photos")
+    for k, (tid, preset) in enumerate((("crypts-1", "easy"), ("reefs-3", "typical"))):
+        t = get_template(tid)
+        ph = simulate_photo(t, random_marks(t, np.random.default_rng(40 + k)), seed=40 + k,
+                            preset=preset, overrides={"output_long_side": 1600})
+        (d / f"p{k}.jpg").write_bytes(ph.jpeg)
+        (d / f"p{k}.truth.json").write_text(json.dumps(ph.truth))
+    return d
+
+
+def test_read_json_one_line_per_photo_and_errors_do_not_stop_the_run(folder, tmp_path, capsys):
+    bad = tmp_path / "notes.jpg"
+    bad.write_text("not a photo at all")
+    code = main(["read", str(folder / "p0.jpg"), str(bad), str(folder / "p1.jpg"), "--json"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3
+    docs = [json.loads(line) for line in lines]
+    assert docs[0]["format"] == "sheetcheck.read/1" and docs[0]["template"] == "crypts-1"
+    assert docs[1]["error"]["code"] == "not_an_image" and docs[1]["photo"] == str(bad)
+    assert docs[2]["template"] == "reefs-3"
+    assert code == 31  # the first failure's exit code, after reading every photo
+    r = next(iter(docs[2]["regions"].values()))
+    assert {"mark", "confidence", "review"} <= set(r)
+
+
+def test_read_text_names_template_location_and_every_region(folder, capsys):
+    assert main(["read", str(folder / "p0.jpg")]) == 0
+    out = capsys.readouterr().out
+    assert "crypts-1 v1.0.0" in out and "located by markers" in out
+    for r in get_template("crypts-1").readable_regions():
+        assert r.id in out
+
+
+def test_read_missing_file_gets_a_clear_message(tmp_path, capsys):
+    code = main(["read", str(tmp_path / "nope.jpg")])
+    err = capsys.readouterr().err
+    assert code == 50 and "nope.jpg" in err and "Traceback" not in err
+
+
+def test_read_debug_dir_writes_stage_pictures(folder, tmp_path, capsys):
+    assert main(["read", str(folder / "p0.jpg"), "--debug-dir", str(tmp_path / "dbg")]) == 0
+    names = {p.name for p in (tmp_path / "dbg").iterdir()}
+    assert {"p0.rectified.png", "p0.light.png", "p0.overlay.png", "p0.read.json"} <= names
+
+
+def test_eval_reports_accuracy_confusion_and_confident_errors(folder, tmp_path, capsys):
+    out_json = tmp_path / "eval.json"
+    assert main(["eval", str(folder), "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    for word in ("region accuracy", "per kind", "per preset", "per colour", "CONFIDENT ERRORS",
+                 "sheets with nothing flagged", "median total / decode"):
+        assert word in text
+    res = json.loads(out_json.read_text())
+    assert res["photos"] == 2 and res["photos_failed"] == 0
+    n = sum(len(json.loads((folder / f"p{k}.truth.json").read_text())["marks"]) for k in range(2))
+    assert res["regions"] == n == res["accuracy"]["total"]
+    assert set(res["by_preset"]) == {"easy", "typical"}
+    assert res["confident_errors"]["count"] == len(res["confident_errors"]["list"])
+    # every truth row of the confusion matrix adds up to that mark's count
+    for t, row in res["confusion"]["matrix"].items():
+        assert sum(row.values()) == res["by_colour"][t]["total"]
+    assert res["timings_ms_median"]["total_over_decode"] > 1.0
+
+
+def test_eval_counts_an_unreadable_photo_as_failed_and_flagged(folder, tmp_path, capsys):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    (d / "a.jpg").write_bytes((folder / "p0.jpg").read_bytes())
+    (d / "a.truth.json").write_text((folder / "p0.truth.json").read_text())
+    (d / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (d / "b.truth.json").write_text((folder / "p1.truth.json").read_text())
+    out_json = tmp_path / "e.json"
+    assert main(["eval", str(d), "--json", str(out_json)]) == 0
+    res = json.loads(out_json.read_text())
+    assert res["photos_failed"] == 1 and res["failed"][0]["photo"] == "b.jpg"
+    assert res["failed"][0]["code"] in ("corrupt_image", "not_an_image")
+    assert res["errors_flagged"] >= res["failed"][0]["regions"]
+
+
+def test_eval_on_an_empty_folder_says_what_to_do(tmp_path, capsys):
+    code = main(["eval", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 50 and "no photo with a NAME.truth.json" in err and "sheetcheck simulate" in err
