@@ -341,3 +341,22 @@ def test_simulate_command_errors(tmp_path, capsys):
     assert main(["simulate", "crypts-1", "--marks", str(tmp_path / "missing.json"),
                  "--out", str(tmp_path)]) == 50
     assert "cannot read marks file" in capsys.readouterr().err
+
+
+def test_truth_page_corners_match_the_page_outline_without_markers(crypts):
+    """Independent of ArUco: the page's outline found in the photo sits on the truth corners."""
+    over = {"output_long_side": 1000, "background": "dark_desk", "rotation_deg": 20.0,
+            "tilt_deg": 15.0, "shadow": 0.0, "glare": 0.0, "vignette": 0.0, "light_gradient": 0.0,
+            "page_shadow": 0.0, "photo_orientation": "match", "k1": 0.0, "k2": 0.0}
+    photo = simulate_photo(crypts, {}, seed=3, preset="easy", markers=False, overrides=over)
+    grey = cv2.cvtColor(_decode(photo.jpeg), cv2.COLOR_RGB2GRAY)
+    cs, _ = cv2.findContours((grey > 100).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+    page = max(cs, key=cv2.contourArea).reshape(-1, 2).astype(float) + 0.5
+    truth = np.array(photo.truth["page_corners_px"])
+    # every outline point lies on the truth quadrilateral's edges (distance to nearest edge)
+    d = np.full(len(page), np.inf)
+    for a, b in zip(truth, np.roll(truth, -1, 0)):
+        t = np.clip(((page - a) @ (b - a)) / ((b - a) @ (b - a)), 0, 1)
+        d = np.minimum(d, np.hypot(*(a + t[:, None] * (b - a) - page).T))
+    assert np.percentile(d, 95) < 1.5, f"outline off the truth page edges by {np.percentile(d, 95):.2f} px"
+    assert cv2.contourArea(page.astype(np.float32)) == pytest.approx(cv2.contourArea(truth.astype(np.float32)), rel=0.01)
