@@ -1,6 +1,6 @@
 """Small synthetic sheets and photos for the geometry tests (independent of the simulator).
 
-``test_template(variant)`` builds a valid template (A4 landscape, four DICT_4X4_50 markers, a
+``synthetic_template(variant)`` builds a valid template (A4 landscape, four DICT_4X4_50 markers, a
 grid of boxes and some artwork) whose layout differs per variant, so that identification without
 markers has several similar candidates. ``synth_photo`` paints it, bends it (curl), puts it in a
 photo with a known homography and returns the truth. Nothing here is used by the reader.
@@ -14,13 +14,13 @@ import cv2
 import numpy as np
 
 from calibration.template import Template, validate_template_dict
-from vision._geom_render import MM_PER_INCH, project, scale_matrix, simple_render
+from vision._geom_render import MM_PER_INCH, project, reference_render
 
 PENCILS = {"orange": (236, 120, 40), "red": (200, 40, 50), "blue": (40, 80, 190),
            "green": (50, 150, 70), "purple": (120, 60, 150)}
 
 
-def test_template(variant: int = 0, *, portrait: bool = False) -> Template:
+def synthetic_template(variant: int = 0, *, portrait: bool = False) -> Template:
     """A valid test template; ``variant`` k uses marker ids 4k..4k+3 and its own layout."""
     W, H = (210.0, 297.0) if portrait else (297.0, 210.0)
     s = 14.0
@@ -95,7 +95,7 @@ def synth_photo(template: Template, *, seed: int = 0, size: tuple[int, int] = (9
                 dpi: float = 80.0, jpeg_quality: int | None = 85) -> SynthPhoto:
     """Photograph ``template`` with a random perspective, light, pencil marks and a curl."""
     rng = np.random.default_rng(seed)
-    sheet = simple_render(template, dpi=dpi, markers=markers).copy()
+    sheet = np.array(reference_render(template, dpi=dpi, markers=markers))
     k = dpi / MM_PER_INCH
     readable = [r for r in template.regions if r.readable]
     for reg in rng.choice(readable, size=min(marks, len(readable)), replace=False):

@@ -40,6 +40,9 @@ __all__ = ["SheetLocation", "locate_sheet", "find_page_quad", "detect_markers",
 #: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
 #: fills half of the frame are then >= 25 px, well above ArUco's needs, and detection is fast.
 DETECT_LONG_SIDE = 1280
+#: Below this correlation of the photo's print with the template's rendering (see
+#: :func:`registration_score`) a registration is not believed.
+MIN_REGISTRATION = 0.25
 #: dpi of the template frame used for identification, ECC and the blur measure.
 REG_DPI = 40.0
 #: Sharpness (photo print relative to the clean render, see :func:`_sharpness`) below which a
@@ -169,26 +172,38 @@ def _check_in_view(t: Template, H: np.ndarray, shape: tuple[int, int], *, method
 _detectors: dict = {}
 
 
-def _detector(dictionary: str):
-    det = _detectors.get(dictionary)
+def _detector(dictionary: str, relaxed: bool = False):
+    det = _detectors.get((dictionary, relaxed))
     if det is None:
         params = cv2.aruco.DetectorParameters()
         # Sub-pixel refinement is done afterwards on the full-resolution grey image.
         params.cornerRefinementMethod = cv2.aruco.CORNER_REFINE_NONE
+        # Blurred photos (defocus, hand shake) smear the bits of 14 mm markers: read each cell
+        # from its centre only and resample the marker at 10 px per cell. Measured on simulated
+        # hard-preset photos: 19 -> 47 of 72 markers found, and no marker "found" on 36 photos
+        # of sheets printed without markers.
+        params.perspectiveRemovePixelPerCell = 10
+        params.perspectiveRemoveIgnoredMarginPerCell = 0.3
+        if relaxed:
+            # The dictionary's full correction capacity finds more blurred markers (55 of 72)
+            # but also "finds" markers in printed artwork (4 of 36 sheets without markers):
+            # used only to look for the missing markers where the found ones predict them.
+            params.errorCorrectionRate = 1.0
         d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, dictionary))
         det = cv2.aruco.ArucoDetector(d, params)
-        _detectors[dictionary] = det
+        _detectors[(dictionary, relaxed)] = det
     return det
 
 
-def detect_markers(grey: np.ndarray, *, dictionary: str = "DICT_4X4_50") -> dict[int, np.ndarray]:
+def detect_markers(grey: np.ndarray, *, dictionary: str = "DICT_4X4_50",
+                   relaxed: bool = False) -> dict[int, np.ndarray]:
     """Detect ArUco markers; ``{id: (4, 2) corners in px}`` in ArUco order (the marker's own
     top-left, top-right, bottom-right, bottom-left), project px convention, sub-pixel refined
     on ``grey`` itself. An id seen twice keeps its larger detection."""
     h, w = grey.shape[:2]
     f = min(1.0, DETECT_LONG_SIDE / max(h, w))
     small = cv2.resize(grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else grey
-    corners, ids, _ = _detector(dictionary).detectMarkers(small)
+    corners, ids, _ = _detector(dictionary, relaxed).detectMarkers(small)
     out: dict[int, np.ndarray] = {}
     if ids is None:
         return out
@@ -274,7 +289,80 @@ def _refine_marker_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
     return out
 
 
-def _locate_by_markers(grey, found, cands, template_id):
+def _sharpened(grey: np.ndarray) -> np.ndarray:
+    b = cv2.GaussianBlur(grey, (0, 0), 3)
+    return cv2.addWeighted(grey, 2.5, b, -1.5, 0)
+
+
+def _marker_h(t: Template, found: dict, mids) -> np.ndarray | None:
+    src = np.concatenate([next(m for m in t.markers if m.id == mid).corners_mm() for mid in mids])
+    dst = np.concatenate([found[mid] for mid in mids])
+    if len(mids) >= 2:
+        H, _ = cv2.findHomography(src, dst, 0)
+    else:
+        H = cv2.getPerspectiveTransform(src.astype(np.float32), dst.astype(np.float32)).astype(float)
+    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
+        return None
+    return normalise_h(H)
+
+
+def _marker_side(c: np.ndarray) -> float:
+    return float(np.mean(np.linalg.norm(c - np.roll(c, -1, 0), axis=1)))
+
+
+def _consistent_markers(t: Template, found: dict, mids: list[int]) -> tuple[list[int], list[int]]:
+    """Drop markers that disagree with the others (a misread id, a marker-like doodle):
+    leave-one-out prediction of each marker's corners must agree within one marker side. A
+    misread id lands a page-width away; a curled page or a wide-angle lens moves a true marker
+    by a fraction of its side only, so the tolerance is generous."""
+    mids = list(mids)
+    dropped = []
+    while len(mids) >= 3:
+        worst, worst_err = None, 0.0
+        for mid in mids:
+            H = _marker_h(t, found, [m for m in mids if m != mid])
+            if H is None:
+                continue
+            mk = next(m for m in t.markers if m.id == mid)
+            err = float(np.max(np.linalg.norm(project(H, mk.corners_mm()) - found[mid], axis=1)))
+            rel = err / max(_marker_side(found[mid]), 1.0)
+            if rel > 1.0 and rel > worst_err:
+                worst, worst_err = mid, rel
+        if worst is None:
+            break
+        mids.remove(worst)
+        dropped.append(worst)
+    return mids, dropped
+
+
+def _second_look(grey: np.ndarray, t: Template, found: dict, mids: list[int]) -> list[int]:
+    """Look again for the missing markers of ``t`` with the relaxed detector, in the photo and
+    in a sharpened copy; keep a new marker only where the markers already found predict it."""
+    H = _marker_h(t, found, mids)
+    if H is None:
+        return []
+    kept = []
+    for img in (grey, _sharpened(grey)):
+        extra = detect_markers(img, dictionary=t.aruco_dictionary, relaxed=True)
+        for mid in t.marker_ids:
+            if mid in mids or mid in kept or mid not in extra:
+                continue
+            mk = next(m for m in t.markers if m.id == mid)
+            pred = project(H, mk.corners_mm())
+            err = float(np.max(np.linalg.norm(pred - extra[mid], axis=1)))
+            side = max(_marker_side(extra[mid]), 1.0)
+            # from one marker the far corners are extrapolated: allow for it
+            reach = min(float(np.linalg.norm(pred.mean(0) - found[m].mean(0))) for m in mids)
+            tol = 0.3 * side if len(mids) >= 2 else 0.5 * side + 0.1 * reach
+            if err <= tol:
+                kept.append(mid)
+                found[mid] = extra[mid]
+        if len(mids) + len(kept) == 4:
+            break
+    return kept
+
+
+def _locate_by_markers(grey, found, cands, template_id, image):
     """Template and homography from detected markers, or None if no candidate's markers."""
     by_t: dict[str, list[int]] = {}
     tmap = {}
@@ -293,22 +381,28 @@ def _locate_by_markers(grey, found, cands, template_id):
         details["other_templates_markers"] = {k: sorted(v) for k, v in ranked[1:]}
         details["template_choice"] = (f"markers of {len(ranked)} templates in the photo; chose "
                                       f"{tid} with {len(mids)} marker(s)")
+    found = dict(found)
+    mids = sorted(mids)
+    if len(mids) < 4:
+        more = _second_look(grey, t, found, mids)
+        if more:
+            details["markers_second_look"] = sorted(more)
+            mids = sorted(mids + more)
+    mids, dropped = _consistent_markers(t, found, mids)
+    if dropped:
+        details["markers_rejected"] = sorted(dropped)
     src = np.concatenate([next(m for m in t.markers if m.id == mid).corners_mm() for mid in mids])
     dst = np.concatenate([found[mid] for mid in mids])
     method = "markers"
-    if len(mids) >= 2:
-        H, _ = cv2.findHomography(src, dst, 0)
-    else:
-        H = cv2.getPerspectiveTransform(src.astype(np.float32), dst.astype(np.float32)).astype(float)
-    if H is None or not np.all(np.isfinite(H)):
+    H = _marker_h(t, found, mids)
+    if H is None:
         return None
-    H = normalise_h(H)
     res = np.linalg.norm(project(H, src) - dst, axis=1)
     rms = float(np.sqrt(np.mean(res ** 2)))
     if len(mids) <= 3:
         # One marker is four close points: far corners extrapolate badly; with two or three the
         # perspective near the missing corner(s) is weakly constrained. Add the page outline.
-        quad = find_page_quad(grey)
+        quad = find_page_quad(image)
         if quad is not None:
             pred = project(H, _page_corners(t))
             # Match each predicted page corner to the nearest quad corner (cyclic order).
@@ -316,7 +410,7 @@ def _locate_by_markers(grey, found, cands, template_id):
             q = np.roll(quad, -best, 0)
             err = np.linalg.norm(q - pred, axis=1)
             page_px = np.linalg.norm(pred[0] - pred[2])
-            if np.max(err) < (0.25 if len(mids) == 1 else 0.04) * page_px:
+            if np.max(err) < (0.04 if len(mids) == 3 else 0.25) * page_px:
                 src2 = np.concatenate([src, _page_corners(t)])
                 dst2 = np.concatenate([dst, q])
                 # Marker corners are far more precise than a page outline: weight them up.
@@ -363,44 +457,81 @@ def _weighted_homography(src, dst, w):
 # page quadrilateral
 # --------------------------------------------------------------------------------------------
 
-def find_page_quad(grey: np.ndarray, *, long_side: int = 640) -> np.ndarray | None:
-    """The page as the largest bright convex quadrilateral, (4, 2) px corners (project
-    convention, in ``grey``'s px) clockwise from the one nearest the image's top-left, or None.
+def _whiteness(rgb: np.ndarray) -> np.ndarray:
+    """Bright *and* colourless: the darkest channel minus half the chroma. Paper scores high
+    under any light; light-coloured tablecloths, wood and hands score lower than in grey."""
+    mn = rgb.min(axis=2).astype(np.int16)
+    mx = rgb.max(axis=2).astype(np.int16)
+    return np.clip(mn - (mx - mn) // 2, 0, 255).astype(np.uint8)
 
-    Paper is the brightest large thing on a game table; after removing the printed ink by a
-    closing, thresholding at several levels between the table's and the paper's brightness and
-    keeping the component whose convex hull is best approximated by four corners is robust to
-    clutter and soft shadows.
+
+def _quad_contrast(g: np.ndarray, quad: np.ndarray) -> float:
+    """Median brightness just inside the quad's edges minus just outside, over the median
+    inside: a page stands out from the table all along its outline."""
+    c = quad.mean(0)
+    inner = c + (quad - c) * 0.96
+    outer = c + (quad - c) * 1.04
+    h, w = g.shape
+
+    def ring(q):
+        pts = np.concatenate([np.linspace(q[i], q[(i + 1) % 4], 40, endpoint=False) for i in range(4)])
+        x = np.clip(pts[:, 0].round().astype(int), 0, w - 1)
+        y = np.clip(pts[:, 1].round().astype(int), 0, h - 1)
+        inside = (pts[:, 0] >= 0) & (pts[:, 0] < w) & (pts[:, 1] >= 0) & (pts[:, 1] < h)
+        return g[y, x].astype(float), inside
+    vi, _ = ring(inner)
+    vo, ok = ring(outer)
+    if ok.sum() < 20:
+        return 0.1  # page fills the frame: nothing outside to compare with
+    # the lower quartile: a page merged with a bright patch of table fails on that stretch
+    diff = vi[ok] - vo[ok]
+    return float(np.percentile(diff, 25) / max(np.median(vi), 1.0))
+
+
+def find_page_quad(image: np.ndarray, *, long_side: int = 640) -> np.ndarray | None:
+    """The page as the largest bright convex quadrilateral, (4, 2) px corners (project
+    convention, in ``image``'s px) clockwise from the one nearest the image's top-left, or None.
+
+    Paper is the brightest, least coloured large thing on a game table. After removing the
+    printed ink by a closing, the grey image and a "whiteness" image are thresholded at
+    several levels; each large component's convex hull is reduced to four corners and scored
+    by its area, how completely the component fills it, and how much brighter the page is
+    than the table all along its outline (robust to clutter, soft shadows and light cloths).
     """
-    h, w = grey.shape[:2]
+    h, w = image.shape[:2]
     f = min(1.0, long_side / max(h, w))
-    g = cv2.resize(grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else grey.copy()
-    sh, sw = g.shape
+    small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image.copy()
+    chans = [small] if small.ndim == 2 else [_grey(small), _whiteness(small)]
+    sh, sw = chans[0].shape
     k = max(3, int(min(sh, sw) * 0.02) | 1)
-    g = cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
-    g = cv2.GaussianBlur(g, (5, 5), 0)
-    otsu, _ = cv2.threshold(g, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
     best, best_score = None, 0.0
-    for thr in (otsu, otsu * 0.85 + 255 * 0.15 * 0.5, otsu * 0.9, otsu * 1.1):
-        _, bw = cv2.threshold(g, float(np.clip(thr, 1, 254)), 255, cv2.THRESH_BINARY)
-        bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (5, 5)))
-        n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
-        for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:3] + 1:
-            area = stats[i, cv2.CC_STAT_AREA]
-            if area < 0.08 * sh * sw:
-                break
-            cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-            hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
-            quad = _hull_to_quad(hull)
-            if quad is None:
-                continue
-            qa = abs(cv2.contourArea(quad.astype(np.float32)))
-            fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
-            if fill_ratio < 0.8:
-                continue
-            score = qa * min(fill_ratio, 1.0)
-            if score > best_score:
-                best, best_score = quad, score
+    for g in chans:
+        g = cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+        g = cv2.GaussianBlur(g, (5, 5), 0)
+        otsu, _ = cv2.threshold(g, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+        for thr in (otsu, otsu * 0.9, otsu * 1.1, otsu * 1.2):
+            _, bw = cv2.threshold(g, float(np.clip(thr, 1, 254)), 255, cv2.THRESH_BINARY)
+            bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (5, 5)))
+            n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
+            for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:3] + 1:
+                area = stats[i, cv2.CC_STAT_AREA]
+                if area < 0.04 * sh * sw:
+                    break
+                cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+                hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
+                quad = _hull_to_quad(hull)
+                if quad is None:
+                    continue
+                qa = abs(cv2.contourArea(quad.astype(np.float32)))
+                fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
+                if fill_ratio < 0.8:
+                    continue
+                contrast = _quad_contrast(g, quad)
+                if contrast < 0.03:
+                    continue
+                score = np.sqrt(qa) * min(fill_ratio, 1.0) ** 2 * min(contrast, 0.3)
+                if score > best_score:
+                    best, best_score = quad, score
     if best is None:
         return None
     # index coords in the small image -> px in the original (project convention)
@@ -440,9 +571,32 @@ def _quad_touches_border(q: np.ndarray, shape) -> bool:
 # no markers: page + features + ECC
 # --------------------------------------------------------------------------------------------
 
-def _ref_ink(t: Template, dpi: float, markers: bool) -> np.ndarray:
-    ref = reference_render(t, dpi=dpi, markers=markers)
-    return ink_map(_grey(ref), background_px=dpi / MM_PER_INCH * 8)
+_ref_ink_cache: dict = {}
+
+
+def _ref_ink(t: Template, dpi: float, markers: bool, what: str = "ink"):
+    """The reference's ink image at ``dpi`` and what registration derives from it (blurred
+    copies, ORB keypoints), computed once per template."""
+    key = (t.id, t.version, t.source, round(dpi, 3), markers)
+    d = _ref_ink_cache.get(key)
+    if d is None:
+        ref = reference_render(t, dpi=dpi, markers=markers)
+        ink = ink_map(_grey(ref), background_px=dpi / MM_PER_INCH * 8)
+        d = {"ink": ink, "b1": _blurred(ink, 1.0), "b2": _blurred(ink, 2.0)}
+        d["kp"], d["des"] = _orb().detectAndCompute(_ink_u8(ink), None)
+        if len(_ref_ink_cache) > 64:
+            _ref_ink_cache.clear()
+        _ref_ink_cache[key] = d
+    return d[what]
+
+
+def _ink_u8(ink: np.ndarray) -> np.ndarray:
+    return np.clip(ink * 510, 0, 255).astype(np.uint8)
+
+
+def _orb():
+    return cv2.ORB_create(nfeatures=800, scaleFactor=1.3, nlevels=4, edgeThreshold=15,
+                          patchSize=15, fastThreshold=10)
 
 
 def _ncc(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
@@ -457,14 +611,11 @@ def _blurred(x: np.ndarray, s: float) -> np.ndarray:
     return cv2.GaussianBlur(x, (0, 0), s)
 
 
-def _orb_refine(photo_ink: np.ndarray, ref_ink: np.ndarray) -> tuple[np.ndarray | None, int]:
-    """Homography (ref px -> photo px, index coords) from ORB matches with MAGSAC."""
-    a = np.clip(photo_ink * 255 * 2, 0, 255).astype(np.uint8)
-    b = np.clip(ref_ink * 255 * 2, 0, 255).astype(np.uint8)
-    orb = cv2.ORB_create(nfeatures=1500, scaleFactor=1.3, nlevels=4, edgeThreshold=15, patchSize=15,
-                         fastThreshold=10)
-    ka, da = orb.detectAndCompute(a, None)
-    kb, db = orb.detectAndCompute(b, None)
+def _orb_refine(photo_ink: np.ndarray, t: Template, markers: bool) -> tuple[np.ndarray | None, int]:
+    """Homography (reference index -> photo-warp index) from ORB matches with MAGSAC."""
+    a = _ink_u8(photo_ink)
+    ka, da = _orb().detectAndCompute(a, None)
+    kb, db = _ref_ink(t, REG_DPI, markers, "kp"), _ref_ink(t, REG_DPI, markers, "des")
     if da is None or db is None or len(ka) < 8 or len(kb) < 8:
         return None, 0
     matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(db, da)
@@ -496,15 +647,33 @@ def _ecc_refine(photo_ink: np.ndarray, ref_ink: np.ndarray, G0: np.ndarray, *, i
     return G.astype(np.float64), float(cc)
 
 
-def _locate_by_page(image_grey, cands, *, markers_printed: bool | None):
-    """Page quad -> (template, rotation) candidates -> ORB + MAGSAC -> ECC."""
-    quad = find_page_quad(image_grey)
+def registration_score(image_grey: np.ndarray, H: np.ndarray, t: Template, *, markers: bool) -> float:
+    """How well the photo's print lines up with the template's rendering under ``H``:
+    correlation of the two ink images in the template frame at ``REG_DPI`` (-1..1; a right
+    registration of a real photo gives ~0.5-0.8, a wrong template or orientation < 0.3)."""
+    size = frame_size(t, REG_DPI)
+    g = warp_to_frame(image_grey, H, REG_DPI, size)
+    ink = ink_map(g, background_px=REG_DPI / MM_PER_INCH * 8)
+    return _ncc(_blurred(ink, 1.0), _ref_ink(t, REG_DPI, markers, "b1"))
+
+
+def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
+                    image: np.ndarray | None = None, quad: np.ndarray | None = None):
+    """Page quad -> (template, rotation) candidates -> ORB + MAGSAC -> ECC.
+
+    ``quad`` (page corners px, from markers) replaces the search for the page outline."""
+    if quad is None:
+        quad = find_page_quad(image if image is not None else image_grey)
     if quad is None:
         raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
-    if _quad_touches_border(quad, image_grey.shape):
-        raise SheetCutOffError("the sheet is cut off by the edge of the photo (the page outline "
-                               "touches the frame).", hint=_CUT_OFF_HINT)
+    touches = _quad_touches_border(quad, image_grey.shape)
     k = REG_DPI / MM_PER_INCH
+    half = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], float)
+
+    def to_h(H0, G):
+        # G: frame index (reference) -> frame index (photo warp); compose to mm -> image px
+        return normalise_h(H0 @ scale_matrix(1 / k) @ (half @ G @ np.linalg.inv(half)) @ scale_matrix(k))
+
     scored = []
     warped_cache: dict = {}
     for t in cands:
@@ -519,13 +688,13 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None):
                                                                  q.astype(np.float32)).astype(float))
                     g = warp_to_frame(image_grey, H0, REG_DPI, size)
                     ink = ink_map(g, background_px=k * 8)
-                    warped_cache[key] = (H0, ink)
-                H0, ink = warped_cache[key]
-                s = _ncc(_blurred(ink, 2.0), _blurred(ref, 2.0))
+                    warped_cache[key] = (H0, ink, _blurred(ink, 2.0))
+                H0, ink, ink_b = warped_cache[key]
+                s = _ncc(ink_b, _ref_ink(t, REG_DPI, mk, "b2"))
                 scored.append((s, t, rot, mk, H0, ink, ref))
     scored.sort(key=lambda r: -r[0])
-    # The coarse score puts the right orientation and near relatives first; register the
-    # best few precisely and decide on the ECC correlation.
+    # The coarse score puts the right orientation and near relatives first; register the best
+    # few with features and decide on how well the print lines up afterwards.
     finals = []
     seen = set()
     for s, t, rot, mk, H0, ink, ref in scored:
@@ -534,67 +703,101 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None):
         seen.add((t.id, rot))
         if len(finals) >= 4 or (finals and s < scored[0][0] * 0.5):
             break
-        G, inliers = _orb_refine(ink, ref)
+        G, inliers = _orb_refine(ink, t, mk)
         if G is None:
             G = np.eye(3)
-        G2, cc = _ecc_refine(ink, ref, G)
-        if cc is None and not np.allclose(G, np.eye(3)):
-            G2, cc = _ecc_refine(ink, ref, np.eye(3))
-        if cc is None:
-            G2, cc = G, _ncc(ink, ref)
-        # G: frame index (ref) -> frame index (photo warp). Convert to mm -> image px.
-        half = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], float)
-        Gpx = half @ G2 @ np.linalg.inv(half)
-        H = normalise_h(H0 @ scale_matrix(1 / k) @ Gpx @ scale_matrix(k))
+        warped = cv2.warpPerspective(ink, G, (ref.shape[1], ref.shape[0]),
+                                     flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
+        score = _ncc(_blurred(warped, 1.0), _ref_ink(t, REG_DPI, mk, "b1"))
+        score0 = _ncc(_blurred(ink, 1.0), _ref_ink(t, REG_DPI, mk, "b1"))
+        if score0 >= score:  # the features made it worse (too few, or repetitive print)
+            G, score = np.eye(3), score0
         finals.append({"template": t, "rotation": rot, "markers_printed": mk, "coarse": s,
-                       "inliers": inliers, "ecc": cc, "H": H})
+                       "inliers": inliers, "score": score, "G": G, "H0": H0, "ink": ink, "ref": ref})
     if not finals:
         raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
-    finals.sort(key=lambda r: -r["ecc"])
+    finals.sort(key=lambda r: -r["score"])
     best = finals[0]
+    # ECC on the winner only, at half the registration resolution (ECC's cost grows fast with
+    # size): it polishes the feature homography to a fraction of a mm.
+    inkh = cv2.resize(best["ink"], None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    refh = cv2.resize(best["ref"], None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    S = np.array([[0.5, 0, -0.25], [0, 0.5, -0.25], [0, 0, 1]])  # index -> half-size index
+    Gh, cc = _ecc_refine(inkh, refh, S @ best["G"] @ np.linalg.inv(S), iters=40)
+    ecc_used = False
+    if cc is not None:
+        G2 = np.linalg.inv(S) @ Gh @ S
+        warped = cv2.warpPerspective(best["ink"], G2, (best["ref"].shape[1], best["ref"].shape[0]),
+                                     flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
+        s2 = _ncc(_blurred(warped, 1.0), _ref_ink(best["template"], REG_DPI, best["markers_printed"], "b1"))
+        if s2 > best["score"]:
+            best["G"], best["score"], ecc_used = G2, s2, True
+    H = to_h(best["H0"], best["G"])
     cand_list = [{"template": f["template"].id, "rotation_deg": 90 * f["rotation"],
-                  "correlation": round(f["ecc"], 4), "coarse": round(f["coarse"], 4),
+                  "correlation": round(f["score"], 4), "coarse": round(f["coarse"], 4),
                   "orb_inliers": f["inliers"]} for f in finals]
     runner = next((f for f in finals[1:] if f["template"].id != best["template"].id), None)
-    margin = best["ecc"] - runner["ecc"] if runner else best["ecc"]
-    if best["ecc"] < 0.25:
+    margin = best["score"] - runner["score"] if runner else best["score"]
+    if touches and not border_ok and 0.15 <= best["score"] < 0.4:
+        # the outline runs into the frame and the print does not line up well: the page is
+        # most likely cut off (a well-registered page is checked precisely afterwards)
+        raise SheetCutOffError("the sheet is cut off by the edge of the photo (the page outline "
+                               "touches the frame).", hint=_CUT_OFF_HINT)
+    if best["score"] < 0.15:
+        # nothing in the photo looks like any sheet's print
+        raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
+    if best["score"] < MIN_REGISTRATION:
         raise NoSheetFoundError(
-            f"found a page, but it does not match any known sheet (best: {best['template'].id}, "
-            f"correlation {best['ecc']:.2f}).",
+            f"found a page, but it does not match any known sheet (best: {best['template'].id}, "  # noqa: E501
+            f"correlation {best['score']:.2f}).",
             hint="Photograph a sheetcheck score sheet, whole and flat; or name it with --template.")
     method = "features" if best["inliers"] >= 12 else "page"
-    quality = float(np.clip((best["ecc"] - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
+    quality = float(np.clip((best["score"] - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
     details = {"page_quad_px": quad.round(2).tolist(), "candidates": cand_list,
-               "identification_margin": round(float(margin), 4),
+               "identification_margin": round(float(margin), 4), "ecc_refined": ecc_used,
                "ambiguous": bool(runner is not None and margin < 0.03),
                "markers_printed": best["markers_printed"]}
-    return best["template"], best["H"], method, quality, details
+    return best["template"], H, method, quality, details
 
 
 # --------------------------------------------------------------------------------------------
 # blur
 # --------------------------------------------------------------------------------------------
 
-def _sharpness(image_grey: np.ndarray, H: np.ndarray, t: Template, *, markers: bool) -> float:
-    """Print sharpness of the photo relative to the clean render, both in the template frame.
+def _edge_steepness(x: np.ndarray) -> float:
+    """Mean |Laplacian| / mean |gradient| over the strongest edges of ``x`` (float32 grey).
 
-    Ratio of the mean Laplacian energy to the mean gradient energy measures how steep the edges
-    of the print are independently of contrast; dividing by the render's own ratio makes it
-    independent of how much print the template has. 1 = as sharp as the render at ``REG_DPI``.
-    """
+    A blur of sigma s spreads an edge over ~s px: the gradient falls as 1/s and the Laplacian
+    as 1/s^2, so the ratio falls as 1/s whatever the print's contrast."""
+    x = cv2.GaussianBlur(x, (0, 0), 0.7)  # the same noise floor for photo and render
+    lap = np.abs(cv2.Laplacian(x, cv2.CV_32F, ksize=3))
+    gx = cv2.Sobel(x, cv2.CV_32F, 1, 0, ksize=3)
+    gy = cv2.Sobel(x, cv2.CV_32F, 0, 1, ksize=3)
+    grad = cv2.magnitude(gx, gy)
+    flat = grad.ravel()
+    n = flat.size
+    thr = np.partition(flat[::7], int(n / 7 * 0.9))[int(n / 7 * 0.9)]  # 90th percentile
+    sel = grad > thr  # edges only: paper noise and flat pencil ignored
+    if not sel.any():
+        return 0.0
+    return float(lap[sel].mean() / max(float(grad[sel].mean()), 1e-6))
+
+
+_ref_steepness: dict = {}
+
+
+def _sharpness(image_grey: np.ndarray, H: np.ndarray, t: Template, *, markers: bool) -> float:
+    """Print sharpness of the photo relative to the clean render, both in the template frame
+    at ``2 * REG_DPI``: 1 = as sharp as the render, 0.5 = edges twice as wide."""
     dpi = REG_DPI * 2
     size = frame_size(t, dpi)
     g = warp_to_frame(image_grey, H, dpi, size).astype(np.float32)
-    ref = _grey(reference_render(t, dpi=dpi, markers=markers)).astype(np.float32)
-
-    def ratio(x):
-        x = cv2.GaussianBlur(x, (0, 0), 0.7)  # the same noise floor for photo and render
-        lap = cv2.Laplacian(x, cv2.CV_32F, ksize=3)
-        gx = cv2.Sobel(x, cv2.CV_32F, 1, 0, ksize=3); gy = cv2.Sobel(x, cv2.CV_32F, 0, 1, ksize=3)
-        grad = np.sqrt(gx * gx + gy * gy)
-        sel = grad > np.percentile(grad, 90)  # edges only: paper noise and flat pencil ignored
-        return float(np.abs(lap[sel]).mean() / max(grad[sel].mean(), 1e-6))
-    return ratio(g) / max(ratio(ref), 1e-6)
+    key = (t.id, t.version, t.source, markers)
+    ref = _ref_steepness.get(key)
+    if ref is None:
+        ref = _edge_steepness(_grey(reference_render(t, dpi=dpi, markers=markers)).astype(np.float32))
+        _ref_steepness[key] = ref
+    return _edge_steepness(g) / max(ref, 1e-6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,7 +835,7 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     found: dict[int, np.ndarray] = {}
     for dictionary in sorted({t.aruco_dictionary for t in cands}):
         found.update(detect_markers(grey, dictionary=dictionary))
-    res = _locate_by_markers(grey, found, cands, template_id) if found else None
+    res = _locate_by_markers(grey, found, cands, template_id, a) if found else None
     markers_printed = None
     if res is None and found and template_id is not None:
         others = [t for t in (templates or all_templates()) if t.id != template_id
@@ -643,16 +846,40 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
                 hint=f"Leave out --template, or give --template {others[0].id}.")
     if res is not None:
         t, H, method, mids, quality, d = res
-        details.update(d)
         markers_printed = True
-    else:
+        if len(mids) < 3:
+            # Two markers, or one plus the page outline, leave the far side of the sheet to
+            # extrapolation. Register on the print as well and keep whichever lines up better.
+            score_m = registration_score(grey, H, t, markers=True)
+            d["registration_markers"] = round(score_m, 4)
+            try:
+                t2, H2, _, q2, d2 = _locate_by_page(grey, [t], markers_printed=True, border_ok=True,
+                                                    quad=_order_quad(project(H, _page_corners(t))))
+            except (NoSheetFoundError, SheetCutOffError):
+                t2, score_f = None, -1.0
+            if t2 is not None:
+                score_f = registration_score(grey, H2, t, markers=True)
+                d["registration_features"] = round(score_f, 4)
+                if score_f > score_m + 0.02:
+                    H, method, quality = H2, "features", min(q2, 0.9)
+                    d["geometry_from"] = "features (markers identified the template)"
+            if max(score_m, score_f) < MIN_REGISTRATION:
+                # The print does not line up with the template the marker(s) named: a misread
+                # marker, or a marker lying on the table. Identify the sheet by its print.
+                details["markers_ignored"] = {"ids": list(mids), "registration": round(max(score_m, score_f), 4)}
+                res = None
+        if res is not None:
+            details.update(d)
+    if res is None:
         if found:
             details["markers_detected"] = sorted(found)
-        t, H, method, quality, d = _locate_by_page(grey, cands, markers_printed=None)
+        t, H, method, quality, d = _locate_by_page(grey, cands, markers_printed=None, image=a)
         details.update(d)
         markers_printed = d.get("markers_printed", False)
         mids = tuple(sorted(m for m in t.marker_ids if m in found))
     details.update(_check_in_view(t, H, a.shape, method=method))
+    if "registration" not in details:
+        details["registration"] = round(registration_score(grey, H, t, markers=bool(markers_printed)), 4)
     if check_blur:
         sharp = _sharpness(grey, H, t, markers=bool(markers_printed))
         details["sharpness"] = round(sharp, 3)

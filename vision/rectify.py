@@ -1,0 +1,429 @@
+"""Rectify the located sheet to the template frame, then correct it locally.
+
+The global homography assumes a flat page. A curled or folded page, or lens distortion, leaves
+parts of the sheet a few px away from where the homography puts them. The local refinement
+measures that displacement on a grid of tiles by phase correlation between the rectified photo's
+printed ink and the clean rendering's, rejects unreliable tiles (little print, print in one
+direction only, weak correlation peak, disagreement with the neighbours), interpolates a smooth
+displacement field and resamples with ``cv2.remap``. A second, coarser measurement on the
+corrected image reports how well the printed lines line up after the correction.
+
+Frame: output pixel (i, j) has its centre at (x, y) = ((j + 0.5), (i + 0.5)) px with
+``px = mm * dpi / 25.4``: the frame of ``calibration.render.render_sheet(template, dpi=dpi)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from vision._geom_render import (MM_PER_INCH, frame_size, frame_to_image_index_map, ink_map,
+                                 project, reference_render)
+from vision.locate import SheetLocation
+
+__all__ = ["RectifiedSheet", "rectify_sheet", "measure_alignment", "frame_position"]
+
+#: Tile side in mm for the local shift measurement: large enough to hold print in two
+#: directions on every house sheet, small enough to follow a curl.
+TILE_MM = 16.0
+#: Largest local correction believed, in mm; beyond it a tile has locked onto the wrong line.
+MAX_SHIFT_MM = 3.0
+
+
+@dataclass(frozen=True)
+class RectifiedSheet:
+    """The sheet in the template frame.
+
+    Attributes
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        RGB in the template frame at ``dpi`` (``px = mm * dpi / 25.4``).
+    dpi : float
+    valid : (H, W) bool ndarray
+        Pixels that came from inside the photo.
+    refinement : dict
+        The local correction: ``applied``, ``residual_px_before`` / ``residual_px_after``
+        (median misalignment of the print, px at ``dpi``), ``max_shift_px``, tile counts.
+    """
+
+    image: np.ndarray
+    dpi: float
+    valid: np.ndarray
+    refinement: dict = field(default_factory=dict)
+
+
+def _grey(a):
+    return a if a.ndim == 2 else cv2.cvtColor(a, cv2.COLOR_RGB2GRAY)
+
+
+class _RefTiles:
+    """The reference's tiles worth measuring (print in two directions), precomputed once."""
+
+    def __init__(self, ref_ink: np.ndarray, tile: int, stride: int):
+        h, w = ref_ink.shape
+        ys = np.arange(0, max(1, h - tile + 1), stride)
+        xs = np.arange(0, max(1, w - tile + 1), stride)
+        gx = cv2.Sobel(ref_ink, cv2.CV_32F, 1, 0, ksize=3)
+        gy = cv2.Sobel(ref_ink, cv2.CV_32F, 0, 1, ksize=3)
+        Y, X = np.meshgrid(ys, xs, indexing="ij")
+
+        def boxes(a):
+            S = cv2.integral(a.astype(np.float32), sdepth=cv2.CV_64F)
+            return S[Y + tile, X + tile] - S[Y, X + tile] - S[Y + tile, X] + S[Y, X]
+        sxx, syy, sxy, sink = boxes(gx * gx), boxes(gy * gy), boxes(gx * gy), boxes(ref_ink)
+        disc = np.sqrt(np.maximum((sxx - syy) ** 2 / 4 + sxy ** 2, 0))
+        lmax = (sxx + syy) / 2 + disc
+        lmin = (sxx + syy) / 2 - disc
+        iso = np.where(lmax > 0, lmin / np.maximum(lmax, 1e-12), 0)
+        # Blank paper has nothing to align; print in one direction only (a lone line) leaves
+        # the shift along it unknown.
+        use = (sink / float(tile * tile) >= 0.01) & (iso >= 0.08)
+        self.tile, self.stride = tile, stride
+        self.shape = (len(ys), len(xs))
+        self.rc = np.argwhere(use)
+        self.yx = np.stack([Y[use], X[use]], 1) if use.any() else np.zeros((0, 2), int)
+        self.iso = iso[use]
+        self.patches = [np.ascontiguousarray(ref_ink[y:y + tile, x:x + tile]) for y, x in self.yx]
+        self.window = cv2.createHanningWindow((tile, tile), cv2.CV_32F)
+        self.cy = ys.astype(float) + tile / 2 - 0.5
+        self.cx = xs.astype(float) + tile / 2 - 0.5
+
+
+def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
+                   valid: np.ndarray | None, every: int = 1, min_response: float = 0.08):
+    shifts = np.full(rt.shape + (2,), np.nan, np.float32)
+    weight = np.zeros(rt.shape, np.float32)
+    T = rt.tile
+    for n in range(0, len(rt.yx), every):
+        y, x = rt.yx[n]
+        if valid is not None and not (valid[y, x] and valid[y + T - 1, x] and valid[y, x + T - 1]
+                                      and valid[y + T - 1, x + T - 1]):
+            continue
+        # A copy: cv2.phaseCorrelate applies its window in place on array views.
+        p = photo_ink[y:y + T, x:x + T].copy()
+        (dx, dy), resp = cv2.phaseCorrelate(rt.patches[n].copy(), p, rt.window)
+        if resp < min_response or abs(dx) > max_shift or abs(dy) > max_shift:
+            continue
+        r, c = rt.rc[n]
+        shifts[r, c] = (dx, dy)
+        weight[r, c] = resp * min(1.0, rt.iso[n] * 4)
+    return shifts, weight, (rt.cy, rt.cx)
+
+
+def measure_alignment(photo_ink: np.ndarray, ref_ink: np.ndarray, *, tile: int, stride: int,
+                      max_shift: float, valid: np.ndarray | None = None):
+    """Local shift of ``photo_ink`` relative to ``ref_ink`` on a grid of tiles.
+
+    Parameters
+    ----------
+    photo_ink, ref_ink : (H, W) float32 ndarray
+        Ink maps (0 paper .. 1 black) of the rectified photo and of the clean rendering.
+    tile, stride : int
+        Tile side and step, px.
+    max_shift : float
+        Larger shifts are rejected (locked onto the wrong line).
+    valid : (H, W) bool ndarray, optional
+        Pixels of the photo; tiles not inside it are skipped.
+
+    Returns
+    -------
+    shifts : (R, C, 2) float ndarray
+        (dx, dy) px such that ``photo(q + shift) ~ ref(q)``; NaN where unreliable.
+    weight : (R, C) float ndarray
+        Confidence of each tile (0 where unreliable).
+    centres : tuple of ndarrays
+        Tile centre y and x (index coords).
+    """
+    rt = _RefTiles(np.asarray(ref_ink, np.float32), tile, stride)
+    return _measure_tiles(np.asarray(photo_ink, np.float32), rt, max_shift=max_shift, valid=valid)
+
+
+def _reject_outliers(shifts, weight, *, tol: float):
+    """Drop tiles that disagree with the median of their 3 x 3 neighbourhood."""
+    R, C = weight.shape
+    v = np.where((weight > 0)[..., None], shifts, np.nan).astype(np.float64)
+    pad = np.pad(v, ((1, 1), (1, 1), (0, 0)), constant_values=np.nan)
+    stack = np.stack([pad[i:i + R, j:j + C] for i in range(3) for j in range(3)], 0)
+    n_ok = np.sum(~np.isnan(stack[..., 0]), 0)
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(stack, axis=0)
+    dev = np.hypot(v[..., 0] - med[..., 0], v[..., 1] - med[..., 1])
+    out_w = weight.copy()
+    out_w[(weight > 0) & (n_ok >= 3) & (dev > tol)] = 0
+    return out_w
+
+
+def _smooth_field(shifts, weight, *, sigma: float):
+    """Normalised convolution: a smooth field from the reliable tiles, filling the gaps."""
+    w = weight.astype(np.float32)
+    s = np.nan_to_num(shifts).astype(np.float32)
+    num = np.stack([cv2.GaussianBlur(s[..., i] * w, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE)
+                    for i in range(2)], -1)
+    den = cv2.GaussianBlur(w, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE)
+    field_ = np.zeros_like(s)
+    ok = den > 1e-4
+    field_[ok] = num[ok] / den[ok, None]
+    if not ok.all():
+        # Far from any reliable tile: a wider blur, else no correction.
+        num2 = np.stack([cv2.GaussianBlur(s[..., i] * w, (0, 0), sigma * 4, borderType=cv2.BORDER_REPLICATE)
+                         for i in range(2)], -1)
+        den2 = cv2.GaussianBlur(w, (0, 0), sigma * 4, borderType=cv2.BORDER_REPLICATE)
+        fill = (~ok) & (den2 > 1e-6)
+        field_[fill] = num2[fill] / den2[fill, None]
+    return field_
+
+
+def _median_misalignment(shifts, weight) -> float | None:
+    ok = weight > 0
+    if not ok.any():
+        return None
+    return float(np.median(np.hypot(shifts[ok][:, 0], shifts[ok][:, 1])))
+
+
+def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
+    """:func:`ink_map` with the paper level estimated at quarter resolution (same result for
+    a smooth background, a fraction of the cost)."""
+    h, w = grey.shape
+    f = 4
+    small = cv2.resize(grey, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
+    kk = max(3, int(background_px / f) | 1)
+    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
+    bg = cv2.blur(bg, (kk, kk))
+    bg = cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
+    r = cv2.divide(grey, cv2.max(bg, 1), scale=1.0, dtype=cv2.CV_32F)
+    return cv2.max(1.0 - r, 0.0)
+
+
+class _Field:
+    """A displacement field sampled at tile centres (index coords of a frame at some scale)."""
+
+    def __init__(self, values: np.ndarray, cy: np.ndarray, cx: np.ndarray, scale: float = 1.0):
+        # ``scale``: output px per px of the frame the field was measured in.
+        self.v = (values * scale).astype(np.float32)
+        self.cy = (cy + 0.5) * scale - 0.5
+        self.cx = (cx + 0.5) * scale - 0.5
+
+    def at(self, pts: np.ndarray) -> np.ndarray:
+        """Displacement at (N, 2) output index coords."""
+        sy = self.cy[1] - self.cy[0] if len(self.cy) > 1 else 1.0
+        sx = self.cx[1] - self.cx[0] if len(self.cx) > 1 else 1.0
+        u = ((pts[..., 0] - self.cx[0]) / sx).astype(np.float32)
+        v = ((pts[..., 1] - self.cy[0]) / sy).astype(np.float32)
+        shp = u.shape
+        u2, v2 = u.reshape(-1, 1), v.reshape(-1, 1)
+        dx = cv2.remap(self.v[..., 0], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        dy = cv2.remap(self.v[..., 1], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
+
+
+def _grid(size, step):
+    """Coarse output grid (index coords) one cell beyond each side, for exact upsampling
+    with ``cv2.resize`` (see :func:`_upsample_map`)."""
+    w, h = size
+    cw, ch = -(-w // step) + 2, -(-h // step) + 2
+    gx = (np.arange(cw) - 1 + 0.5) * step - 0.5
+    gy = (np.arange(ch) - 1 + 0.5) * step - 0.5
+    X, Y = np.meshgrid(gx, gy)
+    return np.stack([X, Y], -1)
+
+
+def _upsample_map(coarse: np.ndarray, size, step) -> np.ndarray:
+    """Coarse grid (see :func:`_grid`) -> full (h, w, 2) float32 map.
+
+    ``cv2.resize`` by exactly ``step`` puts coarse sample j at output index
+    (j + 0.5) * step - 0.5, which is where :func:`_grid` placed it, one cell out."""
+    w, h = size
+    ch, cw = coarse.shape[:2]
+    full = cv2.resize(coarse.astype(np.float32), (cw * step, ch * step), interpolation=cv2.INTER_LINEAR)
+    return np.ascontiguousarray(full[step:step + h, step:step + w])
+
+
+def _photo_maps(M: np.ndarray, size, displacement, *, step: int = 8) -> np.ndarray:
+    """Output index -> photo index map, (h, w, 2) float32: ``M`` applied to ``q + d(q)``.
+    Computed on a coarse grid and upsampled: the map is smooth (a homography plus a smooth
+    field), so linear interpolation over 8 px is exact to well under 0.01 px."""
+    G = _grid(size, step)
+    if displacement is not None:
+        G = G + displacement(G)
+    P = G.reshape(-1, 2)
+    ph = np.c_[P, np.ones(len(P))] @ M.T
+    P = (ph[:, :2] / ph[:, 2:3]).reshape(G.shape)
+    return _upsample_map(P, size, step)
+
+
+_ref_cache: dict = {}
+
+
+def _reference_tiles(t, dpi: float, markers: bool, tile: int, stride: int) -> _RefTiles:
+    """Reference ink at ``dpi`` cut into its usable tiles, cached per template."""
+    key = (t.id, t.version, t.source, round(dpi, 3), markers, tile, stride)
+    hit = _ref_cache.get(key)
+    if hit is not None:
+        return hit
+    k = dpi / MM_PER_INCH
+    ref = reference_render(t, dpi=dpi, markers=markers)
+    ink = ink_map(_grey(ref), background_px=k * 6).astype(np.float32)
+    rt = _RefTiles(ink, tile, stride)
+    if len(_ref_cache) > 48:
+        _ref_cache.clear()
+    _ref_cache[key] = rt
+    return rt
+
+
+def _fit_field(shifts, weight, centres, *, tol, scale):
+    w2 = _reject_outliers(shifts, weight, tol=tol)
+    if (w2 > 0).sum() < 4:
+        return None, w2
+    f = _smooth_field(shifts, w2, sigma=1.0)
+    return _Field(f, centres[0], centres[1], scale), w2
+
+
+def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 100.0,
+                  refine: bool = True) -> RectifiedSheet:
+    """Warp the photo to the template frame at ``dpi`` and correct local misalignment.
+
+    Parameters
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        The decoded photo the location was computed on.
+    location : SheetLocation
+    dpi : float, optional
+        Resolution of the output frame (px = mm * dpi / 25.4).
+    refine : bool, optional
+        Apply the local correction: a coarse pass at half resolution catches displacements of
+        several mm (a strong curl), a fine pass at ``dpi`` the last px; the photo is then
+        resampled once through the composed map.
+
+    Returns
+    -------
+    RectifiedSheet
+    """
+    a = np.asarray(image)
+    if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+        raise ValueError(f"image must be an (H, W, 3) uint8 array, got {a.dtype} {a.shape}")
+    if not (20.0 <= dpi <= 600.0):
+        raise ValueError(f"dpi must be between 20 and 600, got {dpi!r}")
+    t = location.template
+    H = location.homography
+    size = frame_size(t, dpi)
+    k = dpi / MM_PER_INCH
+    M = frame_to_image_index_map(H, dpi)
+    hh, ww = a.shape[:2]
+    # A point-sampling warp that shrinks a lot aliases: pre-blur in proportion.
+    cm = np.array([[t.width_mm / 2, t.height_mm / 2], [t.width_mm / 2 + 1, t.height_mm / 2],
+                   [t.width_mm / 2, t.height_mm / 2 + 1]])
+    c = project(H, cm)
+    ratio = float(np.sqrt(abs(np.cross(c[1] - c[0], c[2] - c[0])))) / k  # photo px per frame px
+    src = cv2.GaussianBlur(a, (0, 0), 0.4 * ratio) if ratio > 2.0 else a
+    info: dict = {"applied": False, "photo_px_per_frame_px": round(ratio, 3)}
+
+    def sample(img, mp, border):
+        # fixed-point maps: remap is about twice as fast, 1/32 px resolution
+        m1, m2 = cv2.convertMaps(mp, None, cv2.CV_16SC2)
+        return cv2.remap(img, m1, m2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+                         borderValue=border), (m1, m2)
+
+    def inside(mp, shape):
+        lo = np.array([-0.5, -0.5], np.float32)
+        hi = np.array([shape[1] - 0.5, shape[0] - 0.5], np.float32)
+        return cv2.inRange(mp, lo, hi) > 0
+
+    def finish(displacement):
+        mp = _photo_maps(M, size, displacement)
+        out, _ = sample(src, mp, (255, 255, 255))
+        return out, inside(mp, a.shape)
+
+    if not refine:
+        out, valid = finish(None)
+        return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
+
+    markers = bool(location.details.get("markers_printed", True))
+    grey_src = _grey(a)
+    fine_tile = max(16, int(round(TILE_MM * k / 2)) * 2)
+
+    # --- coarse pass: half resolution, larger tiles, shifts up to several mm ---
+    dpi_c = dpi / 2
+    kc = dpi_c / MM_PER_INCH
+    size_c = frame_size(t, dpi_c)
+    tile_c = max(16, int(round(TILE_MM * 1.5 * kc / 2)) * 2)
+    rt_c = _reference_tiles(t, dpi_c, markers, tile_c, tile_c // 2)
+    Mc = frame_to_image_index_map(H, dpi_c)
+    g_src_c = grey_src
+    while ratio * 2 * (g_src_c.shape[1] / ww) >= 2.0:
+        # halve the photo (pyrDown low-passes first): px -> px / 2, index -> (i + 0.5) / 2 - 0.5
+        g_src_c = cv2.pyrDown(g_src_c)
+    f = g_src_c.shape[1] / ww
+    P = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
+    mp_c = _photo_maps(P @ Mc, size_c, None)
+    g_c, _ = sample(g_src_c, mp_c, 255)
+    s_c, w_c, cen_c = _measure_tiles(_fast_ink(g_c, background_px=kc * 6), rt_c,
+                                     max_shift=MAX_SHIFT_MM * kc * 1.5,
+                                     valid=inside(mp_c, g_src_c.shape))
+    before = _median_misalignment(s_c, w_c)
+    info["residual_px_before"] = None if before is None else before * dpi / dpi_c
+    info["tiles_coarse"] = int((w_c > 0).sum())
+    field_c, _ = _fit_field(s_c, w_c, cen_c, tol=max(1.0, 0.5 * kc), scale=dpi / dpi_c)
+    if field_c is None:
+        info["reason"] = "too little print to measure local alignment"
+        out, valid = finish(None)
+        return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
+
+    # --- fine pass: full resolution on the coarsely corrected image ---
+    rt_f = _reference_tiles(t, dpi, markers, fine_tile, fine_tile)
+    mp_f = _photo_maps(M, size, field_c.at)
+    g_f, _ = sample(grey_src, mp_f, 255)
+    s_f, w_f, cen_f = _measure_tiles(_fast_ink(g_f, background_px=k * 6), rt_f,
+                                     max_shift=0.4 * MAX_SHIFT_MM * k, valid=inside(mp_f, a.shape))
+    field_f, _ = _fit_field(s_f, w_f, cen_f, tol=max(1.0, 0.3 * k), scale=1.0)
+    info["tiles_fine"] = int((w_f > 0).sum())
+    info["residual_px_mid"] = _median_misalignment(s_f, w_f)
+
+    if field_f is None:
+        disp = field_c.at
+    else:
+        def disp(q):
+            dq = field_f.at(q)
+            return dq + field_c.at(q + dq)
+    out, valid = finish(disp)
+    # --- check: measure again on the corrected image (every other tile) ---
+    s2, w2, _ = _measure_tiles(_fast_ink(_grey(out), background_px=k * 6), rt_f,
+                               max_shift=0.4 * MAX_SHIFT_MM * k, valid=valid, every=2)
+    step = 16
+    G = _grid(size, step)
+    D = disp(G)
+    mag = np.hypot(D[..., 0], D[..., 1])
+    info.update({"applied": True, "tile_px": fine_tile,
+                 "max_shift_px": float(mag.max()), "mean_shift_px": float(mag.mean()),
+                 "residual_px_after": _median_misalignment(s2, w2),
+                 "tiles_check": int((w2 > 0).sum()),
+                 "displacement_grid": {"step_px": step, "dx": D[..., 0].round(3).tolist(),
+                                       "dy": D[..., 1].round(3).tolist()}})
+    return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
+
+
+def frame_position(sheet: RectifiedSheet, pts_px: np.ndarray) -> np.ndarray:
+    """Where content that the global homography put at frame px ``pts_px`` (N, 2) ends up in
+    ``sheet.image`` after the local correction (identity when none was applied)."""
+    p = np.asarray(pts_px, float).reshape(-1, 2)
+    info = sheet.refinement
+    if not info.get("applied"):
+        return p.copy()
+    g = info["displacement_grid"]
+    step = g["step_px"]
+    D = np.stack([np.asarray(g["dx"], np.float32), np.asarray(g["dy"], np.float32)], -1)
+
+    def d(q):
+        # grid sample j sits at index (j - 1 + 0.5) * step - 0.5, i.e. px (j - 0.5) * step
+        u = (q[:, 0] / step + 0.5).astype(np.float32).reshape(-1, 1)
+        v = (q[:, 1] / step + 0.5).astype(np.float32).reshape(-1, 1)
+        dx = cv2.remap(D[..., 0], u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).ravel()
+        dy = cv2.remap(D[..., 1], u, v, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).ravel()
+        return np.stack([dx, dy], 1).astype(float)
+    # Output q samples the plain warp at q + d(q): solve q + d(q) = p by fixed point.
+    q = p.copy()
+    for _ in range(5):
+        q = p - d(q)
+    return q
