@@ -101,7 +101,12 @@ class Preset:
     hand: Mapping[str, Any]
 
 
-_ANY_BG = list(BACKGROUNDS)
+def _background(rng) -> str:
+    """Half the time a table top (wood, cloth, plain, dark desk), half a real photograph (clutter
+    with real edges and colours that a page finder must not mistake for the sheet)."""
+    pool = SYNTHETIC_BACKGROUNDS if rng.random() < 0.5 else PHOTO_BACKGROUNDS
+    return str(pool[int(rng.integers(len(pool)))])
+
 
 _COMMON = {
     "aspect": C([4 / 3, 16 / 9, 3 / 2], [0.7, 0.2, 0.1]),
@@ -112,7 +117,7 @@ _COMMON = {
     "offset_y": U(-0.8, 0.8),
     "light_angle_deg": U(0, 360),
     "motion_angle_deg": U(0, 180),
-    "background": C(_ANY_BG),
+    "background": _background,
     "pencil_brand": None,  # filled from the brands file
     "cutoff": lambda rng: 0.0,
     "cutoff_corner": I(0, 3),
