@@ -129,10 +129,10 @@ def test_no_sheet_in_a_photo_of_the_table():
         locate_sheet(img, templates=TEMPLATES)
 
 
-def test_blank_paper_is_no_known_sheet():
+def test_blank_paper_is_no_sheet():
     img = np.full((600, 800, 3), 90, np.uint8)
     cv2.fillConvexPoly(img, np.array([[150, 100], [650, 120], [640, 500], [160, 480]]), (235, 235, 230))
-    with pytest.raises(NoSheetFoundError, match="does not match any known sheet"):
+    with pytest.raises(NoSheetFoundError, match="no score sheet found"):
         locate_sheet(img, templates=TEMPLATES)
 
 
