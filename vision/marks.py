@@ -309,7 +309,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
             hx, hy = max((x1 - x0) / 2, 1e-6), max((y1 - y0) / 2, 1e-6)
             u = (xs - cx) / hx
             v = (ys - cy) / hy
-            wgt = np.clip(1.0 - 0.85 * (u * u + v * v), 0.05, 1.0).astype(np.float32)
+            wgt = np.clip((1.0 - 0.8 * (u * u + v * v)) ** 2, 0.02, 1.0).astype(np.float32)
             bi = np.full(rr.size, -1, np.int64)
             nbins.append(0)
         dd = np.minimum(np.abs(u - v), np.abs(u + v)) / math.sqrt(2)
@@ -660,8 +660,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             lmin, lmax = float(f.dlen_min[i]), float(f.dlen_max[i])
             lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03)
                        * _sigmoid((lmin - 0.6) / 0.08))
-            ls = float(_sigmoid((dmax - off - 0.2) / 0.05) * _sigmoid((0.12 - off) / 0.03)
-                       * _sigmoid((0.12 - cover) / 0.02) * _sigmoid((lmax - 0.75) / 0.06))
+            # slash: one stroke along most of one diagonal, sectors bare, little area
+            ls = float(_sigmoid((lmax - 0.7) / 0.06) * _sigmoid((0.15 - off) / 0.03)
+                       * _sigmoid((0.35 - cover) / 0.05))
             if not f.x_ok[i]:
                 lx = ls = 0.0  # too little unprinted area to see arms and sectors
             # Colouring a region in covers it; crossing it out (an X, a slash, a scribble)
@@ -673,7 +674,13 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 # ... and a fill covers the sectors between the diagonals, not only the arms
                 dense *= float(_sigmoid((off - 0.3) / 0.05))
             incoherent = float(_sigmoid((0.4 - float(f.coherence[i])) / 0.06))
-            lx = max(lx, ls, (1.0 - dense) * incoherent * float(_sigmoid((cover - 0.15) / 0.03)))
+            # (one pencil: strokes of several colours are overshoots from neighbours, not a
+            # crossing-out)
+            one_pencil = float(_sigmoid((float(f.purity[i]) - 0.8) / 0.05))
+            lx = max(lx, ls, (1.0 - dense) * incoherent * one_pencil
+                     * float(_sigmoid((cover - 0.15) / 0.03)))
+            if not f.x_ok[i]:
+                lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
             lf = dense
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
