@@ -1,4 +1,4 @@
-"""Rules engine for Pick a Pen: Crypts, levels 1-3 (rulebook 001, rulings in RULES_crypts.md).
+"""Rules engine for Pick a Pen: Crypts, levels 1-3 (rulebook 001, rulings in RULES.md (Crypts)).
 
 Everything about the sheet (cells, outlines, point boxes and their values, stars) is read from
 the template (docs/TEMPLATES.md); nothing about a layout is hard-coded here.
@@ -45,7 +45,7 @@ RULE_TEXT: dict[str, str] = {
                               "belong to more than one color group.\"",
     "crypts.points_not_coloured": "\"Marking points: If you fulfil one of the conditions for "
                                   "scoring points, color in the corresponding point box\" (the "
-                                  "best legal choice of groups is the score: RULES_crypts.md R3).",
+                                  "best legal choice of groups is the score: RULES.md (Crypts) R3).",
     "crypts.bonus_unearned": "\"you can collect the bonus points shown in the stars (5 points "
                              "each) when: you have colored in at least one point box in every row."
                              " / ... in every column.\"; \"If you manage to form 3 or more of these"
@@ -54,7 +54,7 @@ RULE_TEXT: dict[str, str] = {
                                  "scoring points, color in the corresponding point box or the "
                                  "corresponding bonus-point star\"",
     "crypts.crossed_cell": "\"You must color in on your score sheet the symbol that is shown on "
-                           "your pencil.\" (a crossed-out symbol is no legal move; RULES_crypts.md "
+                           "your pencil.\" (a crossed-out symbol is no legal move; RULES.md (Crypts) "
                            "R9: it counts as filled and belongs to no group)",
     "crypts.total_missing": "\"Now each player adds up their points by totalling all values in the "
                             "colored-in point boxes and any bonus points.\"",
@@ -98,7 +98,7 @@ COLOUR_MARKS: tuple[Mark, ...] = tuple(Mark(c) for c in PENCIL_COLOURS)
 _CI: dict[Mark, int] = {m: m.colour_index for m in Mark}
 _COLOURED: frozenset[Mark] = frozenset(COLOUR_MARKS)
 
-#: One letter per mark in the hand-typed JSON grid (docs/state_crypts.md).
+#: One letter per mark in the hand-typed JSON grid (docs/STATE_JSON.md).
 LETTER_OF: dict[Mark, str] = {Mark.EMPTY: ".", Mark.ORANGE: "o", Mark.RED: "r", Mark.BLUE: "b",
                               Mark.GREEN: "g", Mark.PURPLE: "p", Mark.CROSSED: "x"}
 MARK_OF_LETTER: dict[str, Mark] = {v: k for k, v in LETTER_OF.items()}
@@ -359,7 +359,7 @@ def state_to_marks(state: State) -> dict[str, str]:
 
 
 def state_to_json(state: State) -> dict:
-    """The hand-typed JSON form (docs/state_crypts.md): a grid of letters, coloured boxes."""
+    """The hand-typed JSON form (docs/STATE_JSON.md): a grid of letters, coloured boxes."""
     lay = state.layout
     grid = []
     for row in lay.rows:
@@ -383,7 +383,7 @@ def _parse_mark(value: Any) -> Mark | None:
 
 
 def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None) -> State:
-    """Build a state from the hand-typed JSON form (docs/state_crypts.md).
+    """Build a state from the hand-typed JSON form (docs/STATE_JSON.md).
 
     Parameters
     ----------
@@ -398,15 +398,15 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
         naming every problem (wrong game, unknown template, row lengths, letters, region ids).
     """
     if not isinstance(doc, Mapping):
-        raise StateError("a Crypts state must be a JSON object.", hint="See docs/state_crypts.md.")
+        raise StateError("a Crypts state must be a JSON object.", hint="See docs/STATE_JSON.md.")
     if doc.get("game") != GAME:
         raise StateError(f"state is for game {doc.get('game')!r}, not {GAME!r}.",
-                         hint="Set \"game\": \"pick_a_pen_crypts\" (docs/state_crypts.md).")
+                         hint="Set \"game\": \"pick_a_pen_crypts\" (docs/STATE_JSON.md).")
     tid = doc.get("template")
     if template is None:
         if not isinstance(tid, str):
             raise StateError("state has no \"template\" id (for example \"crypts-2\").",
-                             hint="See docs/state_crypts.md.")
+                             hint="See docs/STATE_JSON.md.")
         try:
             template = get_template(tid)
         except SheetcheckError as e:
@@ -463,7 +463,7 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
     if problems:
         raise StateError(f"Crypts state for {template.id!r} is invalid ({len(problems)} problem"
                          f"{'s' if len(problems) != 1 else ''}):\n  - " + "\n  - ".join(problems),
-                         hint="See docs/state_crypts.md for the format.")
+                         hint="See docs/STATE_JSON.md for the format.")
     return state_from_marks(template, marks)
 
 

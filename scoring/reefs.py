@@ -1,4 +1,4 @@
-"""Rules engine for Pick a Pen: Reefs, levels 1-3 (rulebook 000, rulings in RULES_reefs.md).
+"""Rules engine for Pick a Pen: Reefs, levels 1-3 (rulebook 000, rulings in RULES.md (Reefs)).
 
 The sheet is a square lattice of spaces joined by connections. Each colour draws ONE route from
 an entry point; routes reach treasures (recovered in their own colour, or by the first route for
@@ -9,9 +9,9 @@ regions and ``meaning`` (docs/TEMPLATES.md); nothing here knows one printed shee
 From the marks alone we see which connections carry which colour, not the order in which they
 were drawn: each colour's route is rebuilt as an Euler trail from its entry point
 (:func:`route_of`), and the audit says when that is impossible (a branch, two pieces, a return
-to the entry point) and rules on what the order would decide (RULES_reefs.md).
+to the entry point) and rules on what the order would decide (RULES.md (Reefs)).
 
-Public interface: docs/ENGINES.md. The JSON form: docs/state_reefs.md.
+Public interface: docs/ENGINES.md. The JSON form: docs/STATE_JSON.md.
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def make_state(template: Template, **parts) -> State:
             st[bonus] = mk
     if problems:
         raise StateError("invalid Reefs state:\n" + "\n".join(f"  - {p}" for p in problems),
-                         hint="See docs/state_reefs.md for what a Reefs state holds.")
+                         hint="See docs/STATE_JSON.md for what a Reefs state holds.")
     return State(template, template.level, conns, entries, treasures, whirl, tboxes, cboxes,
                  rims, cores, tuple(sorted(st.items())), written, crossed)
 
@@ -458,7 +458,7 @@ def _long(space: str) -> str:
 
 
 def state_to_json(state: State) -> dict:
-    """The hand-typed JSON form (docs/state_reefs.md). Routes are written as lists of spaces,
+    """The hand-typed JSON form (docs/STATE_JSON.md). Routes are written as lists of spaces,
     one list per trail, starting at the entry point when there is one."""
     lay = state.layout
     routes = {}
@@ -490,7 +490,7 @@ def state_to_json(state: State) -> dict:
 
 
 def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None) -> State:
-    """Parse the hand-typed JSON form (docs/state_reefs.md).
+    """Parse the hand-typed JSON form (docs/STATE_JSON.md).
 
     Raises
     ------
@@ -500,7 +500,7 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
         :func:`make_state` rejects.
     """
     if not isinstance(doc, Mapping):
-        raise StateError("a Reefs state must be a JSON object.", hint="See docs/state_reefs.md.")
+        raise StateError("a Reefs state must be a JSON object.", hint="See docs/STATE_JSON.md.")
     if doc.get("game") != GAME:
         raise StateError(f"state is for game {doc.get('game')!r}, not {GAME!r}.",
                          hint="Set \"game\": \"pick_a_pen_reefs\" or use the matching engine.")
@@ -528,7 +528,7 @@ def state_from_json(doc: Mapping[str, Any], *, template: Template | None = None)
         v = doc.get(key, default)
         if not isinstance(v, type(default)):
             raise StateError(f"\"{key}\" must be a JSON {'object' if isinstance(default, dict) else 'list'}, got {v!r}.",
-                             hint="See docs/state_reefs.md.")
+                             hint="See docs/STATE_JSON.md.")
         return v
 
     conns: dict[str, str] = {}
@@ -942,7 +942,7 @@ def claimed(state: State) -> Breakdown:
 # audit
 # --------------------------------------------------------------------------------------------
 
-#: Rule ids and the rulebook sentence (quoted) or ruling (RULES_reefs.md) each rests on.
+#: Rule ids and the rulebook sentence (quoted) or ruling (RULES.md (Reefs)) each rests on.
 RULE_TEXT: dict[str, str] = {
     "reefs.branch": '"For the whole game, the route of a colour must form one continuous line. '
                     'Branches are not allowed."',

@@ -8,7 +8,7 @@ weighs every legal move of every pencil left (treasure boxes, coins and propelle
 earn, plus how much closer it brings the route to something worth reaching), adds noise, and
 sometimes just plays a random legal move or forfeits: real players are varied.
 
-Rulings used here (RULES_reefs.md): R5 the whirlpool's 3 any-steps are drawn at once as part of
+Rulings used here (RULES.md (Reefs)): R5 the whirlpool's 3 any-steps are drawn at once as part of
 the same action and may be forfeited when impossible; R6 a whirlpool stops any kind of move,
 even before a 4+ straight move has drawn 4 steps; R7 a propeller is used by replacing the die
 result with 3 any-steps, and the leftmost collected-but-unused propeller is filled in.

@@ -2,7 +2,7 @@
 broken (as far as the sheet allows), for property tests and sample photos.
 
 ``played_past_end`` is detected by the audit but not injected: a move drawn after the end is,
-on paper, usually indistinguishable from one drawn earlier (RULES_reefs.md, R9).
+on paper, usually indistinguishable from one drawn earlier (RULES.md (Reefs), R9).
 """
 
 from __future__ import annotations
