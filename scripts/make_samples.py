@@ -50,11 +50,35 @@ def command(template, preset, seed, markers, sets, out) -> list[str]:
     return argv
 
 
+def table(folder: Path) -> str:
+    """Markdown table of the photos in ``folder`` from their truth files."""
+    import json
+    rows = ["| photo | sheet | preset | markers | size, JPEG | camera, light, background, pencils "
+            "| marked regions |", "|---|---|---|---|---|---|---|"]
+    for t in sorted(folder.glob("*.truth.json")):
+        d = json.loads(t.read_text())
+        c = d["conditions"]
+        jpg = t.with_name(t.name.replace(".truth.json", ".jpg"))
+        curl = {"none": "flat", "bend": "bent page", "fold": "folded page"}[c["curl_type"]]
+        marked = sum(v != "empty" for v in d["marks"].values())
+        rows.append(f"| `{jpg.name}` | {d['template']} | {d['preset']} | {'yes' if d['markers'] else 'no'} "
+                    f"| {c['output_size'][0]}x{c['output_size'][1]}, q{c['jpeg_quality']}, "
+                    f"{jpg.stat().st_size // 1024} KB | {c['tilt_deg']:.0f}° tilt, rot {c['rotation_deg']:.0f}°, "
+                    f"{curl}, {c['colour_temp_k']:.0f} K, {c['background']['name']}, {c['pencil_brand']} "
+                    f"| {marked} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--out", default=str(ROOT / "sample_photos"))
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--table", action="store_true",
+                    help="print the README's table of the photos in --out and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(Path(args.out)))
+        return 0
     from sheetcheck.cli import main as cli
 
     out = Path(args.out)
