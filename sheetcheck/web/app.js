@@ -116,11 +116,27 @@ async function show(audit) {
     : "";
 
   const img = $("#overlay");
+  $("#overlay-full").href = audit.overlay_url;
+  placeOverlay(audit.report.overlay);
   await new Promise((resolve) => {
     img.onload = resolve; img.onerror = resolve;
     img.src = audit.overlay_url;
   });
   await drawHotspots(audit);
+}
+
+// Show only the sheet part of the overlay picture (the breakdown is on the page as text):
+// the wrapper takes the sheet's aspect ratio and the picture is scaled and shifted inside it.
+function placeOverlay(ov) {
+  const wrap = $("#overlay-wrap");
+  const img = $("#overlay");
+  if (!ov) { wrap.style.aspectRatio = ""; img.style.cssText = "position:static;width:100%"; return; }
+  const [W, H] = ov.size;
+  const [sx, sy, sw, sh] = ov.sheet_box;
+  wrap.style.aspectRatio = `${sw} / ${sh}`;
+  img.style.width = `${(100 * W) / sw}%`;
+  img.style.left = `${(-100 * sx) / sw}%`;
+  img.style.top = `${(-100 * sy) / sh}%`;
 }
 
 async function drawHotspots(audit) {
@@ -129,14 +145,13 @@ async function drawHotspots(audit) {
   const ov = audit.report.overlay;
   if (!ov) return;
   const regions = await regionsFor(audit.report.template.id);
-  const [W, H] = ov.size;
-  const [sx, sy, sw, sh] = ov.sheet_box;
+  // the svg covers exactly the sheet box, in regions.json pixels
   const [pw, ph] = regions.image_size;
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const fx = sw / pw, fy = sh / ph;
+  svg.setAttribute("viewBox", `0 0 ${pw} ${ph}`);
+  svg.setAttribute("preserveAspectRatio", "none");
   for (const reg of regions.regions) {
     if (!reg.readable) continue;
-    const pts = reg.polygon.map(([x, y]) => `${(sx + x * fx).toFixed(1)},${(sy + y * fy).toFixed(1)}`).join(" ");
+    const pts = reg.polygon.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
     const poly = document.createElementNS("http://www.w3.org/2000/svg", "polygon");
     poly.setAttribute("points", pts);
     poly.setAttribute("tabindex", "0");
@@ -198,6 +213,12 @@ async function loadShared() {
 
 $("#photo-camera").addEventListener("change", (e) => checkPhoto(e.target.files[0]));
 $("#photo-file").addEventListener("change", (e) => checkPhoto(e.target.files[0]));
+$("#zoom").addEventListener("click", () => {
+  const scroll = $("#overlay-scroll");
+  const on = scroll.classList.toggle("zoomed");
+  $("#zoom").setAttribute("aria-pressed", String(on));
+  $("#zoom").textContent = on ? "Zoom out" : "Zoom in";
+});
 $("#share").addEventListener("click", async () => {
   const link = $("#share-link").value;
   if (navigator.share) { try { await navigator.share({ title: "sheetcheck audit", url: link }); return; } catch (_) { /* fall through */ } }
