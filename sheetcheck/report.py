@@ -37,6 +37,8 @@ FORMAT = "sheetcheck.report/1"
 MIN_ALTERNATIVE_PROBABILITY = 0.02
 #: At most this many alternatives per uncertain region are re-scored.
 MAX_ALTERNATIVES = 4
+#: At most this many groups of regions that matter only together are looked for.
+MAX_JOINT_ROUNDS = 5
 
 
 class Verdict(str, Enum):
@@ -385,20 +387,34 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
                                     changes_of(a)))
         uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts)))
 
-    # Regions that do not matter one at a time can matter together (three cells each read
-    # "crossed" instead of a colour: undoing one leaves the others, so nothing moves). Re-score
-    # them all at their best alternatives at once; if that moves anything, all are reviewed.
-    quiet = {u.region: next((a.mark for a in u.alternatives if a.error is None), None)
-             for u in uncertain if not u.matters}
-    quiet = {rid: m for rid, m in quiet.items() if m is not None}
-    if len(quiet) >= 2:
+    # Regions that do not matter one at a time can matter together (two cells each harmless
+    # alone that together make or break a pair). Re-score the quiet regions together at their
+    # best alternatives; if that moves anything, shrink the set to a minimal one whose every
+    # region is needed (so only those are reviewed), and look again among the rest.
+    def joint_changes(alt_marks: Mapping[str, str]) -> tuple[str, ...]:
         try:
-            joint = changes_of(engine.audit(engine.state_from_marks(template, {**marks, **quiet})))
+            return changes_of(engine.audit(engine.state_from_marks(template, {**marks, **alt_marks})))
         except StateError:
-            joint = ()
-        if joint:
-            uncertain = [dataclasses.replace(u, together=joint) if u.region in quiet else u
-                         for u in uncertain]
+            return ()
+
+    remaining = {u.region: next((a.mark for a in u.alternatives if a.error is None), None)
+                 for u in uncertain if not u.matters}
+    remaining = {rid: m for rid, m in remaining.items() if m is not None}
+    together: dict[str, tuple[str, ...]] = {}
+    for _ in range(MAX_JOINT_ROUNDS):
+        if len(remaining) < 2 or not joint_changes(remaining):
+            break
+        group = dict(remaining)
+        for rid in list(group):
+            trial = {k: v for k, v in group.items() if k != rid}
+            if joint_changes(trial):
+                group = trial
+        moved = joint_changes(group)
+        together.update({rid: moved for rid in group})
+        remaining = {k: v for k, v in remaining.items() if k not in group}
+    if together:
+        uncertain = [dataclasses.replace(u, together=together[u.region]) if u.region in together
+                     else u for u in uncertain]
 
     verdict = Verdict.NEEDS_REVIEW if any(u.matters for u in uncertain) else verdict0
     return Report(template=template, audit=audit, verdict=verdict, marks=marks, reads=dict(reads),

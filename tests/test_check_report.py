@@ -137,6 +137,22 @@ def test_regions_that_matter_only_together_are_reviewed(tid):
     assert {u.region for u in r.review} == {r1, r2} and r.verdict is Verdict.NEEDS_REVIEW
     assert all(u.together for u in r.review)
 
+    # with more quiet uncertain regions around, only a minimal group is put up for review
+    extra = []
+    for rid, alt in quiet:
+        if rid in (r1, r2):
+            continue
+        trial = {**marks, **{x: a for x, a in extra}, rid: alt}
+        if key(e.audit(e.state_from_marks(t, trial))) == key(base):
+            extra.append((rid, alt))
+        if len(extra) == 6:
+            break
+    unc = {rid: [(alt, 0.3)] for rid, alt in [(r1, m1), (r2, m2)] + extra}
+    r = build_report(t, _reads(marks, unc))
+    flagged = {u.region for u in r.review}
+    assert r.verdict is Verdict.NEEDS_REVIEW and 2 <= len(flagged) < len(unc)
+    assert {u.region for u in r.did_not_matter} == set(unc) - flagged
+
 
 def test_no_alternatives_given_tries_every_allowed_mark():
     t, e, st = _game("crypts-2")

@@ -44,9 +44,14 @@ def _warm_worker() -> None:
         cv2.setNumThreads(1)  # one photo per core: the workers are the parallelism
     except Exception:  # pragma: no cover - cv2 is a dependency; a worker without it still runs
         pass
-    import sheetcheck.check  # noqa: F401  (imports vision and scoring)
+    import sheetcheck.check  # noqa: F401
+    import sheetcheck.overlay  # noqa: F401
+    import vision.pipeline  # noqa: F401
     from calibration.template import all_templates
+    from scoring.registry import ENGINES, engine_for
     all_templates()
+    for game in ENGINES:
+        engine_for(game)
 
 
 def thumbnail_jpeg(data: bytes, *, size: int = THUMB_PX) -> bytes | None:
@@ -68,6 +73,7 @@ def check_job(name: str, data: bytes, template_id: str | None = None,
               overlay_dpi: float | None = BATCH_OVERLAY_DPI) -> dict:
     """Check one photo in a worker; never raises (errors become the result's ``error``)."""
     t0 = time.perf_counter()
+    c0 = time.process_time()  # CPU of every thread of this worker: load-independent cost
     out: dict = {"timings": {}}
     try:
         from sheetcheck.check import check_photo
@@ -89,6 +95,7 @@ def check_job(name: str, data: bytes, template_id: str | None = None,
                         + "".join(traceback.format_exception(e)[-4:]))
     out["thumb_jpeg"] = thumbnail_jpeg(data)
     out["timings"]["job"] = time.perf_counter() - t0
+    out["timings"]["cpu"] = time.process_time() - c0
     return out
 
 
@@ -122,7 +129,9 @@ class _PoolExecutor:
     def _new(self):
         # forkserver: workers start from a clean process (no inherited threads or sqlite handles)
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["sheetcheck.batch.runner"])
+        # imported once in the fork server, shared by every worker forked from it
+        ctx.set_forkserver_preload(["sheetcheck.batch.runner", "sheetcheck.check", "vision.pipeline",
+                                    "sheetcheck.overlay", "scoring.registry"])
         return cf.ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_warm_worker)
 
     def submit(self, *args):

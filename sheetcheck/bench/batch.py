@@ -27,8 +27,8 @@ TEMPLATES = ("crypts-1", "crypts-2", "crypts-3", "reefs-1", "reefs-2", "reefs-3"
 TWELVE_MP = {"output_long_side": 4000, "aspect": 4 / 3}
 
 
-def _simulate(args) -> tuple[str, bytes, "object"]:
-    """One simulated 12 MP photo of a legal game: (name, rgb image as PNG-free array, truth)."""
+def _simulate(args):
+    """One simulated 12 MP photo of a legal game: (name, JPEG bytes, RGB image)."""
     tid, seed, preset = args
     from calibration.template import get_template
     from scoring.registry import engine_for
@@ -68,8 +68,20 @@ def make_corpus(folder: Path, count: int, *, distinct: int = 12, workers: int | 
     return paths
 
 
+def _single(paths, check_job) -> tuple[list[float], list[float], int]:
+    wall, cpu, ok = [], [], 0
+    for p in paths:
+        s = time.perf_counter()
+        r = check_job(p.name, p.read_bytes())
+        wall.append(time.perf_counter() - s)
+        cpu.append(r["timings"]["cpu"])
+        ok += "report" in r
+    return wall, cpu, ok
+
+
 def run(args) -> int:
     from sheetcheck.batch.runner import check_job, run_batch
+    from sheetcheck.batch.store import Store
 
     count = args.count or 200
     cores = os.cpu_count() or 1
@@ -81,40 +93,50 @@ def run(args) -> int:
         t_make = time.perf_counter() - t0
         mb = sum(p.stat().st_size for p in paths) / 1e6
 
-        # single photo, one after another in this process (as a worker does it)
+        # single photo, one after another in this process (as a worker does it), half before
+        # and half after the batch: a shared machine's load drifts, the two halves bracket it
         n_single = min(len(paths), max(6, cores * 3))
         check_job(paths[0].name, paths[0].read_bytes())       # warm: imports, sheet models
-        times = []
-        ok = 0
-        for p in paths[1:n_single + 1]:
-            s = time.perf_counter()
-            r = check_job(p.name, p.read_bytes())
-            times.append(time.perf_counter() - s)
-            ok += "report" in r
-        single_rate = len(times) / sum(times)
-
-        # the batch, every core
+        load0 = os.getloadavg()[0]
+        w1, c1, ok1 = _single(paths[1:1 + n_single // 2], check_job)
         s = run_batch(tmp / "photos", tmp / "report", workers=cores, show_progress=True)
+        w2, c2, ok2 = _single(paths[1 + n_single // 2:1 + n_single], check_job)
+        load1 = os.getloadavg()[0]
+        wall, cpu = w1 + w2, c1 + c2
+        with Store.in_folder(tmp / "report") as st:
+            batch_cpu = [r["timings"]["cpu"] for r in st.rows() if r.get("timings")]
+        single_rate = len(wall) / sum(wall)
         batch_rate = s.processed / s.seconds
         fig = {
             "photos": s.processed, "megapixels": 12, "corpus_mb": round(mb, 1),
             "cores": cores, "corpus_seconds": round(t_make, 1),
-            "single_photo_seconds_median": round(statistics.median(times), 3),
+            "load_average_before_after": [round(load0, 2), round(load1, 2)],
+            "single_photo_seconds_median": round(statistics.median(wall), 3),
+            "single_photo_cpu_seconds_median": round(statistics.median(cpu), 3),
             "single_rate_sheets_per_s": round(single_rate, 3),
-            "single_checked_ok": f"{ok}/{len(times)}",
+            "single_checked_ok": f"{ok1 + ok2}/{len(wall)}",
             "batch_seconds": round(s.seconds, 2),
             "batch_rate_sheets_per_s": round(batch_rate, 3),
+            "batch_photo_cpu_seconds_median": round(statistics.median(batch_cpu), 3),
             "speedup_over_single": round(batch_rate / single_rate, 2),
             "scaling_efficiency": round(batch_rate / single_rate / cores, 2),
+            # CPU work per photo in the batch against alone: > 1 means the workers slow each
+            # other down (memory bandwidth, caches), whatever else runs on the machine
+            "cpu_per_photo_batch_over_single": round(statistics.median(batch_cpu)
+                                                     / statistics.median(cpu), 2),
             "verdicts": s.verdicts, "errors": s.errors,
         }
     print(f"batch of {fig['photos']} 12 MP photos on {cores} cores: "
           f"{fig['batch_rate_sheets_per_s']:.2f} sheets/s ({fig['batch_seconds']:.1f} s)")
     print(f"single photo: {fig['single_rate_sheets_per_s']:.2f} sheets/s "
-          f"(median {fig['single_photo_seconds_median'] * 1000:.0f} ms per photo, with overlay "
+          f"(median {fig['single_photo_seconds_median'] * 1000:.0f} ms wall, "
+          f"{fig['single_photo_cpu_seconds_median'] * 1000:.0f} ms CPU per photo, with overlay "
           f"and thumbnail)")
     print(f"batch over single: x{fig['speedup_over_single']:.2f} "
-          f"({fig['scaling_efficiency']:.0%} of ideal on {cores} cores)")
+          f"({fig['scaling_efficiency']:.0%} of ideal on {cores} cores); CPU per photo in the "
+          f"batch x{fig['cpu_per_photo_batch_over_single']:.2f} of alone")
+    print(f"machine load average before/after: {fig['load_average_before_after']} "
+          f"(a load above {cores} means other work shared these cores)")
     print(f"verdicts: {fig['verdicts']}")
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=2) + "\n", encoding="utf-8")
