@@ -124,6 +124,9 @@ def run(args) -> int:
             # other down (memory bandwidth, caches), whatever else runs on the machine
             "cpu_per_photo_batch_over_single": round(statistics.median(batch_cpu)
                                                      / statistics.median(cpu), 2),
+            # how much CPU the workers actually got (2.0 = both cores all the time): on a shared
+            # machine this, not the code, often limits the measured rate
+            "cores_obtained_by_workers": round(sum(batch_cpu) / s.seconds, 2),
             "verdicts": s.verdicts, "errors": s.errors,
         }
     print(f"batch of {fig['photos']} 12 MP photos on {cores} cores: "
@@ -136,7 +139,8 @@ def run(args) -> int:
           f"({fig['scaling_efficiency']:.0%} of ideal on {cores} cores); CPU per photo in the "
           f"batch x{fig['cpu_per_photo_batch_over_single']:.2f} of alone")
     print(f"machine load average before/after: {fig['load_average_before_after']} "
-          f"(a load above {cores} means other work shared these cores)")
+          f"(a load above {cores} means other work shared these cores); the workers obtained "
+          f"{fig['cores_obtained_by_workers']:.2f} cores of CPU on average")
     print(f"verdicts: {fig['verdicts']}")
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=2) + "\n", encoding="utf-8")
