@@ -410,7 +410,9 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     lbl = model.label
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
     C = np.hypot(a, b)
-    col = (C > th["chroma"]) & ok
+    # Coloured: chroma above the paper's noise *and* saturated for its darkness. Graphite is
+    # slightly bluish grey: a dark texel with a little chroma is graphite, not a pencil colour.
+    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0)) & ok
     dark = (L < th["dark_l"]) & ~col & ok
     # A pencil stroke is a connected trail of texels; noise is isolated pixels. Keep texels
     # with at least two marked neighbours (3x3) so that coverage counts strokes, not noise.
@@ -681,7 +683,12 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                      * float(_sigmoid((cover - 0.15) / 0.03)))
             if not f.x_ok[i]:
                 lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
-            lf = dense
+            # Parallel strokes over a good part of the region are hatching (a light fill) as
+            # much as they could be a thick slash: evidence for a fill, so those stay undecided.
+            coh = float(f.coherence[i])
+            hatch = float(_sigmoid((coh - 0.45) / 0.07) * _sigmoid((cover - 0.2) / 0.05))
+            lx *= float(_sigmoid((0.6 - coh) / 0.07)) if lx > ls else 1.0
+            lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
             u = 0.05
