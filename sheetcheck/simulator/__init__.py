@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Mapping
@@ -148,7 +147,6 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     SimulatorError
         for an unknown preset or condition, or a bad condition value.
     """
-    t0 = time.perf_counter()
     check_marks(template, marks)
     full = {r.id: marks.get(r.id, "empty") for r in template.readable_regions()}
     r_cond, r_paint, r_pencil, r_cam = _streams(seed, 4, template.id, str(preset))
@@ -195,7 +193,6 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     conditions.update({"output_size": [W, H], "render_dpi": dpi, "pencils": pencils, **extras})
     truth = _truth(template, full, cam, preset=cond["preset"], seed=seed, markers=markers,
                    conditions=conditions)
-    truth["timing_s"] = round(time.perf_counter() - t0, 3)
     image.flags.writeable = False
     return SimulatedPhoto(image=image, jpeg=buf.tobytes(), truth=truth)
 
