@@ -197,6 +197,34 @@ def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     return cv2.max(1.0 - r, 0.0)
 
 
+def _achromatic_ink(rgb: np.ndarray, *, background_px: float) -> np.ndarray:
+    """Ink that is dark in *every* channel relative to the local paper, 0..1 float32.
+
+    Each channel is divided by its own local paper level (which also white-balances the
+    photo locally); the brightest ratio is kept. Black print is dark in all three channels;
+    a pencil colour is bright in at least one, so colouring over the print barely moves the
+    alignment (and coloured print is discounted equally in the reference)."""
+    h, w = rgb.shape[:2]
+    f = 4
+    small = cv2.resize(rgb, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
+    kk = max(3, int(background_px / f) | 1)
+    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
+    bg = cv2.blur(bg, (kk, kk))
+    bg = cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
+    r = cv2.divide(rgb, cv2.max(bg, 1), scale=1.0, dtype=cv2.CV_32F)
+    top = cv2.max(cv2.max(r[..., 0], r[..., 1]), r[..., 2])
+    return cv2.max(1.0 - top, 0.0)
+
+
+ACHROMATIC = False
+
+
+def _ink_of(img: np.ndarray, *, background_px: float) -> np.ndarray:
+    if ACHROMATIC and img.ndim == 3:
+        return _achromatic_ink(img, background_px=background_px)
+    return _fast_ink(_grey(img), background_px=background_px)
+
+
 class _Field:
     """A displacement field sampled at tile centres (index coords of a frame at some scale)."""
 
@@ -265,7 +293,7 @@ def _reference_tiles(t, dpi: float, markers: bool, tile: int, stride: int) -> _R
         return hit
     k = dpi / MM_PER_INCH
     ref = reference_render(t, dpi=dpi, markers=markers)
-    ink = ink_map(_grey(ref), background_px=k * 6).astype(np.float32)
+    ink = _ink_of(np.asarray(ref), background_px=k * 6).astype(np.float32)
     rt = _RefTiles(ink, tile, stride)
     if len(_ref_cache) > 48:
         _ref_cache.clear()
@@ -341,27 +369,45 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
 
     markers = bool(location.details.get("markers_printed", True))
-    grey_src = _grey(a)
-    fine_tile = max(16, int(round(TILE_MM * k / 2)) * 2)
+    # measure on colour (see _achromatic_ink) or grey
+    src_m = a if ACHROMATIC else _grey(a)
+    white = (255, 255, 255) if src_m.ndim == 3 else 255
+    # Measure at the photo's own resolution at most: upsampling a small, blurred photo to
+    # ``dpi`` adds no information, only noise to the correlation. Tiles hold >= 48 px.
+    dpi_f = float(np.clip(dpi * ratio, 30.0, dpi))
+    kf = dpi_f / MM_PER_INCH
+    tile_mm = max(TILE_MM, 48 / kf)
+    fine_tile = int(round(tile_mm * kf / 2)) * 2
+    info.update({"measure_dpi": round(dpi_f, 1), "tile_mm": round(tile_mm, 1)})
 
-    # --- coarse pass: half resolution, larger tiles, shifts up to several mm ---
-    dpi_c = dpi / 2
+    def measure_pass(mdpi, tile, stride, displacement, max_shift, every=1):
+        """Warp at ``mdpi`` (displacement in output px) and measure shifts in ``mdpi`` px."""
+        size_m = frame_size(t, mdpi)
+        rt = _reference_tiles(t, mdpi, markers, tile, stride)
+        src_p = src_m
+        while ratio * (dpi / mdpi) * (src_p.shape[1] / ww) >= 2.0:
+            # halve the photo (pyrDown low-passes first): index -> (i + 0.5) / 2 - 0.5
+            src_p = cv2.pyrDown(src_p)
+        f = src_p.shape[1] / ww
+        P = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
+        Mm = P @ frame_to_image_index_map(H, mdpi)
+        sc = dpi / mdpi  # output px per measurement px
+        if displacement is None:
+            disp_m = None
+        else:
+            def disp_m(q):  # measurement index -> output index, displace, and back
+                qo = (q + 0.5) * sc - 0.5
+                return displacement(qo) / sc
+        mp = _photo_maps(Mm, size_m, disp_m)
+        img, _ = sample(src_p, mp, white)
+        return _measure_tiles(_ink_of(img, background_px=mdpi / MM_PER_INCH * 6), rt,
+                              max_shift=max_shift, valid=inside(mp, src_p.shape), every=every)
+
+    # --- coarse pass: half the measuring resolution, 1.5x larger tiles, shifts of several mm ---
+    dpi_c = dpi_f / 2
     kc = dpi_c / MM_PER_INCH
-    size_c = frame_size(t, dpi_c)
-    tile_c = max(16, int(round(TILE_MM * 1.5 * kc / 2)) * 2)
-    rt_c = _reference_tiles(t, dpi_c, markers, tile_c, tile_c // 2)
-    Mc = frame_to_image_index_map(H, dpi_c)
-    g_src_c = grey_src
-    while ratio * 2 * (g_src_c.shape[1] / ww) >= 2.0:
-        # halve the photo (pyrDown low-passes first): px -> px / 2, index -> (i + 0.5) / 2 - 0.5
-        g_src_c = cv2.pyrDown(g_src_c)
-    f = g_src_c.shape[1] / ww
-    P = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
-    mp_c = _photo_maps(P @ Mc, size_c, None)
-    g_c, _ = sample(g_src_c, mp_c, 255)
-    s_c, w_c, cen_c = _measure_tiles(_fast_ink(g_c, background_px=kc * 6), rt_c,
-                                     max_shift=MAX_SHIFT_MM * kc * 1.5,
-                                     valid=inside(mp_c, g_src_c.shape))
+    tile_c = max(24, int(round(tile_mm * 1.5 * kc / 2)) * 2)
+    s_c, w_c, cen_c = measure_pass(dpi_c, tile_c, tile_c // 2, None, MAX_SHIFT_MM * kc * 1.5)
     before = _median_misalignment(s_c, w_c)
     info["residual_px_before"] = None if before is None else before * dpi / dpi_c
     info["tiles_coarse"] = int((w_c > 0).sum())
@@ -371,15 +417,12 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         out, valid = finish(None)
         return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
 
-    # --- fine pass: full resolution on the coarsely corrected image ---
-    rt_f = _reference_tiles(t, dpi, markers, fine_tile, fine_tile)
-    mp_f = _photo_maps(M, size, field_c.at)
-    g_f, _ = sample(grey_src, mp_f, 255)
-    s_f, w_f, cen_f = _measure_tiles(_fast_ink(g_f, background_px=k * 6), rt_f,
-                                     max_shift=0.4 * MAX_SHIFT_MM * k, valid=inside(mp_f, a.shape))
-    field_f, _ = _fit_field(s_f, w_f, cen_f, tol=max(1.0, 0.3 * k), scale=1.0)
+    # --- fine pass: on the coarsely corrected image ---
+    s_f, w_f, cen_f = measure_pass(dpi_f, fine_tile, fine_tile, field_c.at, 0.4 * MAX_SHIFT_MM * kf)
+    field_f, _ = _fit_field(s_f, w_f, cen_f, tol=max(1.0, 0.3 * kf), scale=dpi / dpi_f)
     info["tiles_fine"] = int((w_f > 0).sum())
-    info["residual_px_mid"] = _median_misalignment(s_f, w_f)
+    mid = _median_misalignment(s_f, w_f)
+    info["residual_px_mid"] = None if mid is None else mid * dpi / dpi_f
 
     if field_f is None:
         disp = field_c.at
@@ -387,17 +430,26 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         def disp(q):
             dq = field_f.at(q)
             return dq + field_c.at(q + dq)
+    # --- check: the same tiles through the plain and the corrected map ---
+    s0, w0, _ = measure_pass(dpi_f, fine_tile, fine_tile, None, MAX_SHIFT_MM * kf, every=2)
+    s2, w2, _ = measure_pass(dpi_f, fine_tile, fine_tile, disp, 0.4 * MAX_SHIFT_MM * kf, every=2)
+    plain, after = _median_misalignment(s0, w0), _median_misalignment(s2, w2)
+    info["residual_px_plain"] = None if plain is None else plain * dpi / dpi_f
+    if after is None or (plain is not None and after >= plain):
+        # the correction did not line the print up better than the homography alone: keep
+        # the plain warp (never make a good registration worse)
+        info.update({"reason": "correction did not improve the alignment", "residual_px_after":
+                     info["residual_px_plain"]})
+        out, valid = finish(None)
+        return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
     out, valid = finish(disp)
-    # --- check: measure again on the corrected image (every other tile) ---
-    s2, w2, _ = _measure_tiles(_fast_ink(_grey(out), background_px=k * 6), rt_f,
-                               max_shift=0.4 * MAX_SHIFT_MM * k, valid=valid, every=2)
     step = 16
     G = _grid(size, step)
     D = disp(G)
     mag = np.hypot(D[..., 0], D[..., 1])
     info.update({"applied": True, "tile_px": fine_tile,
                  "max_shift_px": float(mag.max()), "mean_shift_px": float(mag.mean()),
-                 "residual_px_after": _median_misalignment(s2, w2),
+                 "residual_px_after": None if after is None else after * dpi / dpi_f,
                  "tiles_check": int((w2 > 0).sum()),
                  "displacement_grid": {"step_px": step, "dx": D[..., 0].round(3).tolist(),
                                        "dy": D[..., 1].round(3).tolist()}})
