@@ -149,8 +149,8 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     """
     check_marks(template, marks)
     full = {r.id: marks.get(r.id, "empty") for r in template.readable_regions()}
-    r_cond, r_paint, r_pencil, r_cam = _streams(seed, 4, template.id, str(preset))
-    cond = sample_conditions(preset, r_cond, overrides)
+    r_cond, r_paint, r_pencil, r_cam, r_late = _streams(seed, 5, template.id, str(preset))
+    cond = sample_conditions(preset, r_cond, overrides, rng_late=r_late)
     ls = cond["output_long_side"]
     ss = int(round(ls / cond["aspect"]))
     orient = cond["photo_orientation"]
@@ -185,8 +185,14 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     if ratio > 1.3:
         painted = cv2.GaussianBlur(painted, (0, 0), 0.4 * ratio)
     image, extras = photograph(painted, dpi=dpi, cam=cam, cond=cond, rng=r_cam)
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_JPEG_QUALITY, int(cond["jpeg_quality"])])
+    bgr = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
+    if cond["prior_jpeg_quality"]:
+        # the photo was a JPEG before (a messenger or a gallery app re-encodes it): the blocks
+        # and ringing of the first encoding survive into the second
+        ok, first = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(cond["prior_jpeg_quality"])])
+        bgr = cv2.imdecode(first, cv2.IMREAD_COLOR)
+        image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(cond["jpeg_quality"])])
     if not ok:  # pragma: no cover - OpenCV always encodes a uint8 image
         raise SimulatorError("JPEG encoding failed.")
     conditions = dict(cond)

@@ -24,7 +24,7 @@ import cv2
 import numpy as np
 
 from sheetcheck.simulator.backgrounds import make_background
-from sheetcheck.simulator.paint import _TO_LIN_LUT, _encode_srgb
+from sheetcheck.simulator.paint import _TO_LIN_LUT, linear_to_srgb
 
 _DIAG_35MM = math.hypot(36.0, 24.0)  # the 35 mm film diagonal that "equivalent focal length" refers to
 
@@ -404,12 +404,41 @@ def photograph(sheet_rgb: np.ndarray, *, dpi: float, cam: PageCamera, cond: dict
     sigma *= n
     img += sigma
     del sigma, n
-    out = _encode_srgb(img)
+    out = _tone_lut(cond.get("tone_contrast", 0.0))[_quantise(img)]
     del img
     if cond["sharpen"] > 0:
         soft = cv2.GaussianBlur(out, (0, 0), 1.2)
         out = cv2.addWeighted(out, 1 + cond["sharpen"], soft, -cond["sharpen"], 0)
+    sat = cond.get("saturation", 1.0)
+    if abs(sat - 1.0) > 1e-3:
+        # the phone's colour "pop": scale chroma around grey (Y kept, Cr/Cb stretched)
+        ycc = cv2.cvtColor(out, cv2.COLOR_RGB2YCrCb)
+        i = np.arange(256, dtype=np.float32)
+        chroma = np.clip(128 + sat * (i - 128) + 0.5, 0, 255).astype(np.uint8)
+        lut = np.stack([np.arange(256, dtype=np.uint8), chroma, chroma], 1).reshape(256, 1, 3)
+        out = cv2.cvtColor(cv2.LUT(ycc, lut), cv2.COLOR_YCrCb2RGB)
     return out, extras
+
+
+def _quantise(lin: np.ndarray) -> np.ndarray:
+    """Linear [0, 1] float -> uint16 index 0..4095 (clipped)."""
+    q = np.clip(lin, 0, 1)
+    q *= 4095
+    q += 0.5
+    return q.astype(np.uint16)
+
+
+def _tone_lut(strength: float) -> np.ndarray:
+    """4096-entry table linear -> sRGB uint8 with the phone's tone curve: an S-curve of
+    ``strength`` (0 none .. 1 strong) mixed into the sRGB encoding (deeper shadows, brighter
+    paper, highlights rolling off instead of clipping hard)."""
+    srgb = linear_to_srgb(np.linspace(0, 1, 4096))
+    if strength > 0:
+        k = 6.0
+        sig = lambda x: 1 / (1 + np.exp(-k * (x - 0.5)))
+        s_curve = (sig(srgb) - sig(0.0)) / (sig(1.0) - sig(0.0))
+        srgb = (1 - strength) * srgb + strength * s_curve
+    return (np.clip(srgb, 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
 def _depth_field(cam: PageCamera, mm: np.ndarray) -> np.ndarray:

@@ -182,13 +182,25 @@ PRESETS: dict[str, Preset] = {
         {"heavy": (0.35, 0.9), "coverage_min": 0.35, "overshoot_mm": (-0.6, 1.6), "stray_rate": 2.0}),
 }
 
+#: Conditions added after the first sample set: drawn from their own random stream, so that
+#: adding them left every earlier condition of a seed as it was.
+LATE_SAMPLERS: dict[str, dict[str, Callable[[np.random.Generator], Any]]] = {
+    "easy": {"tone_contrast": U(0.0, 0.25), "saturation": U(0.95, 1.15),
+             "prior_jpeg_quality": lambda rng: 0},
+    "typical": {"tone_contrast": U(0.0, 0.45), "saturation": U(0.9, 1.3),
+                "prior_jpeg_quality": maybe(0.25, I(80, 95), 0)},
+    "hard": {"tone_contrast": U(0.1, 0.6), "saturation": U(0.85, 1.35),
+             "prior_jpeg_quality": maybe(0.5, I(70, 92), 0)},
+}
+
 CURL_KEYS = ("curl_type", "curl_amount_mm", "curl_axis", "curl_position", "curl_side", "fold_width_mm")
 PENCIL_KEYS = ("pencil_brand", "pencil_jitter")
 
 
 def condition_keys() -> list[str]:
     """Every condition name that can be overridden (``hand.*`` keys set the colouring hand)."""
-    keys = set(PRESETS["typical"].samplers) | set(CURL_KEYS) | set(PENCIL_KEYS)
+    keys = (set(PRESETS["typical"].samplers) | set(CURL_KEYS) | set(PENCIL_KEYS)
+            | set(LATE_SAMPLERS["typical"]))
     return sorted(keys)
 
 
@@ -217,7 +229,8 @@ def _parse_value(key: str, value: Any, template_value: Any) -> Any:
 
 
 def sample_conditions(preset: str | Preset, rng: np.random.Generator,
-                      overrides: Mapping[str, Any] | None = None) -> dict:
+                      overrides: Mapping[str, Any] | None = None, *,
+                      rng_late: np.random.Generator | None = None) -> dict:
     """Draw every photo condition from ``preset``, then apply ``overrides``.
 
     Parameters
@@ -228,6 +241,8 @@ def sample_conditions(preset: str | Preset, rng: np.random.Generator,
     overrides : dict, optional
         ``{condition: value}``; values may be strings (parsed as JSON). ``hand.KEY`` sets one
         colouring habit (see :func:`~sheetcheck.simulator.paint.sample_hand`).
+    rng_late : numpy Generator, optional
+        Stream for the conditions in :data:`LATE_SAMPLERS` (default: ``rng``, after the rest).
 
     Returns
     -------
@@ -261,6 +276,9 @@ def sample_conditions(preset: str | Preset, rng: np.random.Generator,
     cond["curl_side"] = int(rng.choice([-1, 1]))
     cond["fold_width_mm"] = float(rng.uniform(30, 90))
     cond["hand"] = sample_hand(rng, **preset.hand)
+    late = LATE_SAMPLERS.get(preset.name, LATE_SAMPLERS["typical"])
+    for key in sorted(late):
+        cond[key] = late[key](rng_late if rng_late is not None else rng)
     # round what was drawn, so that the truth records exactly the values that were used
     cond = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in cond.items()}
     cond["hand"] = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in cond["hand"].items()}
@@ -307,6 +325,12 @@ def _check_values(cond: dict, brands: Mapping) -> None:
         problems.append(f"output_long_side {cond['output_long_side']} must be 200..8000 px")
     if not 1.0 <= cond["aspect"] <= 3.0:
         problems.append(f"aspect {cond['aspect']} must be 1..3 (long side / short side)")
+    if not (cond["prior_jpeg_quality"] == 0 or 1 <= cond["prior_jpeg_quality"] <= 100):
+        problems.append(f"prior_jpeg_quality {cond['prior_jpeg_quality']} must be 0 (none) or 1..100")
+    if not 0 <= cond["tone_contrast"] <= 1:
+        problems.append(f"tone_contrast {cond['tone_contrast']} must be 0..1")
+    if not 0 <= cond["saturation"] <= 3:
+        problems.append(f"saturation {cond['saturation']} must be 0..3")
     if not 1 <= cond["jpeg_quality"] <= 100:
         problems.append(f"jpeg_quality {cond['jpeg_quality']} must be 1..100")
     if not 0 <= cond["tilt_deg"] <= 70:
