@@ -37,7 +37,7 @@ from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette
                            linear_to_lab, load_palette)
 
 #: Default review threshold: readings with confidence below it are flagged for a person.
-REVIEW_THRESHOLD = 0.9
+REVIEW_THRESHOLD = 0.97
 
 _LUM = np.array([0.2126, 0.7152, 0.0722], np.float32)
 _HUE_BINS = 36  # 10 degree bins
@@ -641,7 +641,10 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     # the region: print residue and JPEG fringes stay well below that)
     faint_thr = 0.5 if is_line else 0.25
     p_faint = float(_sigmoid((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
-    p_marked = max(p_marked, 0.5 * p_faint)
+    if is_line:
+        # Only for connections: a faint trail along a segment is structure that noise does
+        # not make, while faint texels inside a printed area are mostly print fringe.
+        p_marked = max(p_marked, 0.5 * p_faint)
     probs: dict[str, float] = {m: 0.0 for m in allowed}
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
@@ -691,7 +694,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
-            u = 0.05
+            u = 0.02
             p_x = (lx + 0.5 * u) / (lx + lf + u)
             p_cross = p_grey + (1 - p_grey) * p_x
         else:

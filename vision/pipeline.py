@@ -198,7 +198,7 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     t4 = time.perf_counter()
     timings["light"] = (t4 - t3) * 1000
     pconf, pconf_parts = photo_confidence(location, rect)
-    sheet = classify_sheet(light.linear, model, palette=palette or load_palette("default"),
+    sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
                            valid=valid, review_threshold=review_threshold,
                            photo_confidence=pconf)
     t5 = time.perf_counter()
@@ -230,8 +230,8 @@ def photo_confidence(location, rect) -> tuple[float, dict]:
     """How far any reading of this photo can be trusted, from the geometry alone.
 
     * registration: the median misalignment of the printed lines after local refinement
-      (px at the read dpi). At 100 dpi, 0.5 px is 0.13 mm: beyond ~0.7 px region outlines
-      and print bleed into the sampled pixels;
+      (px at the read dpi). At 100 dpi, 0.5 px is 0.13 mm: beyond ~0.8 px (0.2 mm, a
+      quarter of the erosion margin) region outlines and print bleed into the sampled pixels;
     * resolution: photo pixels per rectified pixel. Below ~0.55 the sheet was upsampled from a
       small or distant photo and pencil texture is lost;
     * the locator's own quality.
@@ -242,7 +242,7 @@ def photo_confidence(location, rect) -> tuple[float, dict]:
     res = ref.get("residual_px_after", ref.get("residual_px_before"))
     pxr = ref.get("photo_px_per_frame_px")
     parts = {}
-    parts["registration"] = _sig((0.7 - float(res)) / 0.08) if res is not None and np.isfinite(res) else 0.95
+    parts["registration"] = _sig((0.85 - float(res)) / 0.06) if res is not None and np.isfinite(res) else 0.95
     parts["resolution"] = _sig((float(pxr) - 0.5) / 0.04) if pxr is not None else 1.0
     parts["locate"] = _sig((float(location.quality) - 0.45) / 0.05)
     return float(min(parts.values())), {k: round(v, 4) for k, v in parts.items()}
