@@ -344,7 +344,8 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     cm = np.array([[t.width_mm / 2, t.height_mm / 2], [t.width_mm / 2 + 1, t.height_mm / 2],
                    [t.width_mm / 2, t.height_mm / 2 + 1]])
     c = project(H, cm)
-    ratio = float(np.sqrt(abs(np.cross(c[1] - c[0], c[2] - c[0])))) / k  # photo px per frame px
+    u, v = c[1] - c[0], c[2] - c[0]
+    ratio = float(np.sqrt(abs(u[0] * v[1] - u[1] * v[0]))) / k  # photo px per frame px
     src = cv2.GaussianBlur(a, (0, 0), 0.4 * ratio) if ratio > 2.0 else a
     info: dict = {"applied": False, "photo_px_per_frame_px": round(ratio, 3)}
 

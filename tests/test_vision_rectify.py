@@ -1,0 +1,113 @@
+"""vision.rectify: the frame convention, the valid mask, and local refinement measured against
+the truth (synthetic curled sheets and a simulated hard-preset photo)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from calibration.template import get_template, template_ids
+from vision._geom_render import MM_PER_INCH, frame_size, project, reference_render
+from vision._geom_synth import synth_photo, synthetic_template
+from vision.locate import SheetLocation, locate_sheet
+from vision.rectify import RectifiedSheet, frame_position, rectify_sheet
+
+TEMPLATES = [synthetic_template(v) for v in range(4)]
+DPI = 100.0
+K = DPI / MM_PER_INCH
+
+
+def offsets(rs: RectifiedSheet, loc: SheetLocation, true_px: np.ndarray, centres_mm: np.ndarray):
+    """Where each region's content really lies in ``rs.image`` vs where its outline is (px)."""
+    q0 = K * project(np.linalg.inv(loc.homography), true_px)  # under the plain warp
+    return np.linalg.norm(frame_position(rs, q0) - K * centres_mm, axis=1)
+
+
+def test_a_clean_render_rectifies_onto_itself():
+    # The photo *is* the render at 100 dpi: the homography is the mm -> px scaling, and the
+    # output must reproduce the render pixel for pixel (this pins the half-pixel convention).
+    t = TEMPLATES[0]
+    ref = np.array(reference_render(t, dpi=DPI, markers=True))
+    loc = SheetLocation(template=t, homography=np.diag([K, K, 1.0]), method="markers",
+                        markers_found=(0, 1, 2, 3), quality=1.0, details={"markers_printed": True})
+    rs = rectify_sheet(ref, loc, dpi=DPI, refine=False)
+    assert rs.image.shape == ref.shape
+    assert np.abs(rs.image.astype(int) - ref).max() <= 1
+    assert rs.valid.all()
+    assert rs.refinement["applied"] is False
+
+
+def test_valid_marks_what_came_from_the_photo():
+    t = TEMPLATES[0]
+    ph = synth_photo(t, seed=1)
+    loc = locate_sheet(ph.image, templates=TEMPLATES)
+    # shift the sheet so that its right part falls outside the photo
+    T = np.array([[1, 0, 300.0], [0, 1, 0], [0, 0, 1]])
+    moved = SheetLocation(t, T @ loc.homography, loc.method, loc.markers_found, loc.quality, loc.details)
+    rs = rectify_sheet(ph.image, moved, refine=False)
+    w, h = frame_size(t, DPI)
+    assert rs.valid.shape == (h, w)
+    assert rs.valid[:, : w // 4].all() and not rs.valid[:, -5:].any()
+    # outside the photo is paper white (one px of bilinear blending at the edge aside)
+    outside = cv2.erode((~rs.valid).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    assert outside.sum() > 10000
+    assert (rs.image[outside] == 255).all()
+
+
+@pytest.mark.parametrize("seed,curl", [(1, 4.0), (3, 7.0)])
+def test_refinement_puts_regions_of_a_curled_sheet_under_their_outlines(seed, curl):
+    t = TEMPLATES[seed % 4]
+    ph = synth_photo(t, seed=seed, curl_mm=curl, size=(1280, 960), rotation_deg=25 * seed)
+    loc = locate_sheet(ph.image, templates=TEMPLATES)
+    c = np.array([r.shape.centre() for r in t.regions])
+    plain = rectify_sheet(ph.image, loc, refine=False)
+    rs = rectify_sheet(ph.image, loc)
+    before = offsets(plain, loc, ph.true_px(c), c)
+    after = offsets(rs, loc, ph.true_px(c), c)
+    assert np.median(before) > 4.0  # the curl really moves things
+    assert np.median(after) < 0.8 and np.percentile(after, 95) < 1.6, (np.median(after), after.max())
+    r = rs.refinement
+    assert r["applied"] is True
+    assert r["residual_px_before"] > 3.0 > 1.0 > r["residual_px_after"]
+    assert r["max_shift_px"] > 4.0
+    assert rs.image.shape[:2] == plain.image.shape[:2] == frame_size(t, DPI)[::-1]
+
+
+def test_refinement_leaves_a_flat_sheet_in_place():
+    t = TEMPLATES[2]
+    ph = synth_photo(t, seed=4, size=(1280, 960))
+    loc = locate_sheet(ph.image, templates=TEMPLATES)
+    c = np.array([r.shape.centre() for r in t.regions])
+    after = offsets(rectify_sheet(ph.image, loc), loc, ph.true_px(c), c)
+    assert np.median(after) < 0.5 and after.max() < 1.2
+
+
+def test_hard_simulated_photo_before_and_after():
+    if "reefs-1" not in template_ids():
+        pytest.skip("bundled templates not installed")
+    from sheetcheck.simulator import random_marks, simulate_photo
+
+    t = get_template("reefs-1")
+    sp = simulate_photo(t, random_marks(t, np.random.default_rng(2)), seed=2, preset="hard",
+                        overrides={"output_long_side": 1280, "curl_type": "bend",
+                                   "curl_amount_mm": 12.0})
+    img = np.array(sp.image)
+    loc = locate_sheet(img)
+    assert loc.template.id == "reefs-1"
+    ids = list(sp.truth["region_centres_px"])
+    true_px = np.array([sp.truth["region_centres_px"][i] for i in ids])
+    c = np.array([t.region(i).shape.centre() for i in ids])
+    before = offsets(rectify_sheet(img, loc, refine=False), loc, true_px, c)
+    after = offsets(rectify_sheet(img, loc), loc, true_px, c)
+    assert np.median(before) > 2.0
+    assert np.median(after) < 1.0 and np.median(after) < np.median(before) / 2
+
+
+def test_bad_arguments():
+    t = TEMPLATES[0]
+    loc = SheetLocation(t, np.diag([K, K, 1.0]), "markers", (), 1.0, {})
+    with pytest.raises(ValueError, match="uint8"):
+        rectify_sheet(np.zeros((10, 10), np.uint8), loc)
+    with pytest.raises(ValueError, match="dpi must be between"):
+        rectify_sheet(np.zeros((100, 100, 3), np.uint8), loc, dpi=5)
