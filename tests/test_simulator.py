@@ -363,3 +363,23 @@ def test_truth_page_corners_match_the_page_outline_without_markers(crypts):
         d = np.minimum(d, np.hypot(*(a + t[:, None] * (b - a) - page).T))
     assert np.percentile(d, 95) < 1.5, f"outline off the truth page edges by {np.percentile(d, 95):.2f} px"
     assert cv2.contourArea(page.astype(np.float32)) == pytest.approx(cv2.contourArea(truth.astype(np.float32)), rel=0.01)
+
+
+def test_game_marks_for_a_game_without_an_engine_is_a_clear_error():
+    from calibration.template import validate_template_dict
+    from sheetcheck.commands.simulate import game_marks
+    doc = {"format_version": 1, "id": "pirates-1", "version": "0.1.0", "game": "pencil_pirates",
+           "level": 1, "title": "P", "page": {"size": "A4"},
+           "markers": {"dictionary": "DICT_4X4_50", "items": [
+               {"id": 40, "corner": "top_left", "x": 5, "y": 5, "size": 12},
+               {"id": 41, "corner": "top_right", "x": 193, "y": 5, "size": 12},
+               {"id": 42, "corner": "bottom_right", "x": 193, "y": 280, "size": 12},
+               {"id": 43, "corner": "bottom_left", "x": 5, "y": 280, "size": 12}]},
+           "regions": [{"id": "a", "kind": "box", "marks": ["empty", "red"],
+                        "shape": {"type": "rect", "x": 20, "y": 20, "w": 8, "h": 8}}]}
+    t = validate_template_dict(doc)
+    with pytest.raises(StateError, match="no rules engine for game 'pencil_pirates'"):
+        game_marks(t, 0)
+    # the simulator itself still photographs such a sheet
+    photo = simulate_photo(t, {"a": "red"}, seed=0, preset="easy", overrides={"output_long_side": 400})
+    assert photo.truth["marks"] == {"a": "red"}
