@@ -211,13 +211,27 @@ class Report:
             "review": [u.to_json() for u in self.review],
             "uncertain_did_not_matter": [u.to_json() for u in self.did_not_matter],
             "corrections": [c.to_json() for c in self.corrections],
-            "readings": {rid: {"mark": self.marks[rid],
-                               "read": r.mark, "confidence": round(float(r.confidence), 4),
-                               "review": bool(r.review)}
+            "readings": {rid: _reading_json(self.marks[rid], r)
                          for rid, r in sorted(self.reads.items())},
             "reader": dict(self.reader),
             "timings": {k: round(float(v), 4) for k, v in self.timings.items()},
         }
+
+
+def _reading_json(mark: str, r: RegionRead) -> dict:
+    d = {"mark": mark, "read": r.mark, "confidence": round(float(r.confidence), 4),
+         "review": bool(r.review)}
+    if r.review and r.alternatives:
+        # kept for uncertain regions only: enough to re-score a stored report with corrections
+        d["alternatives"] = [[m, round(float(p), 4)] for m, p in r.alternatives]
+    return d
+
+
+def reads_from_json(doc: Mapping[str, Any]) -> dict[str, RegionRead]:
+    """The reader's view back from a ``sheetcheck.report/1`` document (``doc["readings"]``)."""
+    return {rid: RegionRead(d["read"], float(d["confidence"]), bool(d["review"]),
+                            tuple((m, float(p)) for m, p in d.get("alternatives", ())))
+            for rid, d in doc["readings"].items()}
 
 
 # ---------------------------------------------------------------------------------------------

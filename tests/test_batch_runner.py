@@ -183,3 +183,29 @@ def test_dask_local_cluster_gives_the_same_results(reference, corpus, tmp_path):
     ref = _key(ref_rows)
     for sha, (file, *rest) in _key(rows).items():
         assert ref[sha][1:] == tuple(rest), file
+
+
+def test_correction_is_a_new_revision(reference, tmp_path):
+    import shutil
+    from sheetcheck.batch.runner import correct_result
+    from sheetcheck.errors import InputFileError, StateError
+    _, rows, ref_out = reference
+    out = tmp_path / "rep"
+    shutil.copytree(ref_out, out)
+    row = next(r for r in rows if r["file"] == "table1/player3.jpg")
+    rid = next(k for k, m in sorted(row["readings"].items()) if k.startswith("treasurebox.")
+               and m != "empty")
+    doc = correct_result(out, "table1/player3.jpg", [f"{rid}=empty"])
+    assert doc["corrections"] == [{"region": rid, "read": row["readings"][rid], "mark": "empty"}]
+    with Store.in_folder(out) as st:
+        hist = st.history(row["sha256"])
+    assert [h["revision"] for h in hist] == [0, 1]
+    assert hist[0]["report"] == row["report"]                 # the original is kept as it was
+    assert hist[1]["readings"][rid] == "empty" and hist[1]["verdict"] == doc["verdict"]
+    csv_row = next(l for l in (out / "results.csv").read_text().splitlines()
+                   if l.startswith("table1/player3.jpg"))
+    assert ",1," in csv_row                                    # revision 1 in the export
+    with pytest.raises(StateError, match="cannot carry 'pink'"):
+        correct_result(out, "table1/player3.jpg", [f"{rid}=pink"])
+    with pytest.raises(InputFileError, match="no checked result"):
+        correct_result(out, "broken.jpg", [f"{rid}=empty"])

@@ -178,7 +178,7 @@ def test_corrections_replace_readings_and_are_recorded():
     doc = r.to_json()
     assert doc["corrections"] == [{"region": box, "read": "empty", "mark": marks[box]}]
     assert doc["readings"][box] == {"mark": marks[box], "read": "empty", "confidence": 0.6,
-                                    "review": True}
+                                    "review": True, "alternatives": [[marks[box], 0.4]]}
 
 
 def test_bad_corrections_are_clear_errors_listing_every_problem():
@@ -221,3 +221,15 @@ def test_reefs_uncertain_connection_matters():
     conn = next(rid for rid in sorted(marks) if rid.startswith("conn.") and marks[rid] != "empty")
     r = build_report(t, _reads(marks, {conn: [("empty", 0.45)]}))
     assert r.verdict is Verdict.NEEDS_REVIEW and [u.region for u in r.review] == [conn]
+
+
+def test_report_json_round_trips_the_readings():
+    from sheetcheck.report import reads_from_json
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    reads = _reads(marks, {box: [("empty", 0.3), ("red", 0.05)]})
+    doc = json.loads(json.dumps(build_report(t, reads).to_json()))
+    back = reads_from_json(doc)
+    assert back[box] == reads[box] and {k: v.mark for k, v in back.items()} == marks
+    assert build_report(t, back).to_json()["review"] == doc["review"]

@@ -379,3 +379,61 @@ def run_batch(source, out, *, manifest=None, workers: int | None = None, dask=No
             write_index(rows, out)
         store.close()
     return summary
+
+
+def correct_result(out, photo: str, fixes, *, write_reports: bool = True) -> dict:
+    """Re-score a stored result with a person's corrections, as a new revision (append-only).
+
+    Parameters
+    ----------
+    out : str or Path
+        The batch's report folder.
+    photo : str
+        The photo's file name as stored (``results.csv``'s ``file``) or its sha256.
+    fixes : mapping of region -> mark, or iterable of "REGION=MARK"
+        Added to the corrections already applied in earlier revisions (a later one wins).
+
+    Returns
+    -------
+    dict
+        The new revision's ``sheetcheck.report/1`` document.
+
+    Raises
+    ------
+    InputFileError
+        when no checked result matches ``photo``.
+    StateError
+        for invalid corrections.
+    """
+    from calibration.template import get_template
+    from sheetcheck.report import build_report, parse_fixes, reads_from_json
+
+    with Store.in_folder(out) as store:
+        rows = [r for r in store.rows() if photo in (r["file"], r["sha256"])]
+        if not rows or rows[-1].get("report") is None:
+            raise InputFileError(f"no checked result for {photo!r} in {out}.",
+                                 hint="Name the photo as in results.csv (file) or by its sha256.")
+        row = rows[-1]
+        rep = row["report"]
+        t = get_template(rep["template"]["id"])
+        if t.version != rep["template"]["version"]:
+            raise InputFileError(
+                f"{photo!r} was checked with template {t.id} v{rep['template']['version']}, "
+                f"now v{t.version}: its stored readings may not fit.",
+                hint="Check the photo again (a new batch folder) before correcting it.")
+        new = fixes if isinstance(fixes, dict) else parse_fixes(fixes, t)
+        merged = {c["region"]: c["mark"] for c in rep["corrections"]}
+        merged.update(new)
+        report = build_report(t, reads_from_json(rep), fixes=merged, photo=rep.get("photo"),
+                              reader=rep.get("reader"), timings=rep.get("timings"))
+        doc = report.to_json()
+        item = PhotoItem(row["file"], None, row["sha256"], row.get("player"), row.get("table_name"))
+        rec = record_from_result(item, {"report": doc, "timings": row.get("timings")})
+        store.add_revision(row["sha256"], rec)
+        if write_reports:
+            from sheetcheck.batch.export import write_exports
+            from sheetcheck.batch.html import write_index
+            latest = store.rows()
+            write_exports(latest, out)
+            write_index(latest, out)
+    return doc
