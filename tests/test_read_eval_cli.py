@@ -77,6 +77,9 @@ def test_eval_reports_accuracy_confusion_and_confident_errors(folder, tmp_path, 
     for t, row in res["confusion"]["matrix"].items():
         assert sum(row.values()) == res["by_colour"][t]["total"]
     assert res["timings_ms_median"]["total_over_decode"] > 1.0
+    pair = res["hard_pairs"]["all"]["orange/red"]
+    assert pair["regions"] == sum(res["by_colour"].get(c, {"total": 0})["total"] for c in ("orange", "red"))
+    assert "hard pairs (all): orange/red" in text
 
 
 def test_eval_counts_an_unreadable_photo_as_failed_and_flagged(folder, tmp_path, capsys):

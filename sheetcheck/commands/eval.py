@@ -101,6 +101,10 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
     regions_total = 0
     conf_wrong: list[float] = []
     conf_right: list[float] = []
+    # the hard pairs, overall and under warm light (colour temperature below 4000 K)
+    hard = {"orange/red": ("orange", "red"), "blue/purple": ("blue", "purple")}
+    pair_counts = {lt: {k: {"regions": 0, "confused": 0, "confused_confidently": 0} for k in hard}
+                   for lt in ("all", "warm_light")}
     for k, (photo, truth_path) in enumerate(pairs):
         truth = _load_truth(truth_path)
         preset = str(truth.get("preset", "?"))
@@ -132,6 +136,8 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             continue
         wrong = flagged = 0
         identified = reading.template.id == truth.get("template")
+        ct = (truth.get("conditions") or {}).get("colour_temp_k")
+        warm = isinstance(ct, (int, float)) and ct < 4000
         for rid, t in marks.items():
             r = reading.readings.get(rid) if identified else None
             kind = reading.template.region(rid).kind if r is not None else "?"
@@ -147,6 +153,14 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             flagged += bool(review)
             if r is not None:
                 (conf_right if ok else conf_wrong).append(float(r.confidence))
+            for pname, (a, b) in hard.items():
+                if t in (a, b):
+                    for lt in (("all", "warm_light") if warm else ("all",)):
+                        pc = pair_counts[lt][pname]
+                        pc["regions"] += 1
+                        if got == (b if t == a else a):
+                            pc["confused"] += 1
+                            pc["confused_confidently"] += int(not review)
             if not ok:
                 wrong += 1
                 if review:
@@ -190,6 +204,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
         "confusion": {"rows_truth_cols_read": reads,
                       "matrix": {t: {g: confusion[t][g] for g in reads if confusion[t][g]}
                                  for t in per_colour}},
+        "hard_pairs": pair_counts,
         "by_preset": {k: v.to_json() for k, v in sorted(by_preset.items())},
         "by_markers": {k: v.to_json() for k, v in sorted(by_markers.items())},
         "by_template": {k: v.to_json() for k, v in sorted(by_template.items())},
@@ -235,6 +250,10 @@ def format_report(res: dict) -> str:
     for t, row in res["confusion"]["matrix"].items():
         out.append(f"  {t[:8]:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols)
                    + f"   {100 * res['by_colour'][t]['accuracy']:.2f} %")
+    for lt, d in res["hard_pairs"].items():
+        out.append(f"hard pairs ({lt.replace('_', ' ')}): " + "; ".join(
+            f"{k} {v['confused']} confused of {v['regions']} ({v['confused_confidently']} confidently)"
+            for k, v in d.items()))
     s = res["sheets_without_error"]
     out.append(f"sheets read with no error       {s['count']}/{s['sheets']} ({100 * (s['share'] or 0):.1f} %)")
     s = res["sheets_nothing_flagged"]
