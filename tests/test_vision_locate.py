@@ -143,14 +143,26 @@ def test_sheet_cut_off_by_the_frame(markers):
         locate_sheet(ph.image, templates=TEMPLATES)
 
 
+def test_blur_is_measured_in_mm_on_the_page():
+    t = TEMPLATES[0]
+    ph = synth_photo(t, seed=7, size=(1280, 960))
+    px_per_mm = np.sqrt(abs(np.linalg.det(ph.homography[:2, :2])))  # ~ at the page centre
+    blurs = []
+    for sigma_mm in (0.0, 0.6, 1.2):
+        img = ph.image if sigma_mm == 0 else cv2.GaussianBlur(ph.image, (0, 0), sigma_mm * px_per_mm)
+        blurs.append(locate_sheet(img, templates=TEMPLATES).details["blur_mm"])
+    assert blurs[0] < blurs[1] < blurs[2]
+    assert blurs[2] == pytest.approx(1.2, abs=0.35)
+
+
 def test_blurry_photo_is_refused_and_a_sharp_one_is_not():
     t = TEMPLATES[0]
     sharp = locate_sheet(synth_photo(t, seed=7, blur_px=0.8).image, templates=TEMPLATES)
-    assert sharp.details["sharpness"] > 0.35
+    assert sharp.details["blur_mm"] < 0.8
     with pytest.raises(BlurryPhotoError, match="too blurred.*Hold the phone still"):
-        locate_sheet(synth_photo(t, seed=7, blur_px=6.0).image, templates=TEMPLATES)
-    loc = locate_sheet(synth_photo(t, seed=7, blur_px=6.0).image, templates=TEMPLATES, check_blur=False)
-    assert loc.template.id == "test-0"
+        locate_sheet(synth_photo(t, seed=7, blur_px=8.0).image, templates=TEMPLATES)
+    loc = locate_sheet(synth_photo(t, seed=7, blur_px=8.0).image, templates=TEMPLATES, check_blur=False)
+    assert loc.template.id == "test-0" and "blur_mm" not in loc.details
 
 
 def test_bad_array():
