@@ -193,7 +193,7 @@ def _png_header_only(w: int, h: int) -> bytes:
 
 
 def test_20000_by_20000_is_refused_from_the_header():
-    with pytest.raises(ImageTooLargeError, match="20000 x 20000|too large"):
+    with pytest.raises(ImageTooLargeError, match="400 megapixels, far more than the 50 megapixels"):
         decode_photo(_png_header_only(20000, 20000))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +93,12 @@ def _open(data: bytes, name: str) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:
+        m = re.search(r"\((\d+) pixels\)", str(e))
+        size = f" of {int(m.group(1)) / 1e6:.0f} megapixels" if m else ""
         raise ImageTooLargeError(
-            f"{name} declares an image far too large to decode safely ({e}).",
-            hint=f"Send a photo of at most {MAX_PIXELS / 1e6:.0f} megapixels.") from None
+            f"{name} declares an image{size}, far more than the {MAX_PIXELS / 1e6:.0f} megapixels "
+            "sheetcheck decodes (a decompression bomb or a scan at an absurd resolution).",
+            hint=f"Send a normal phone photo of at most {MAX_PIXELS / 1e6:.0f} megapixels.") from None
     except UnidentifiedImageError:
         head = data[:16]
         sniffed = _sniff(head)
