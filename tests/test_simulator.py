@@ -383,3 +383,14 @@ def test_game_marks_for_a_game_without_an_engine_is_a_clear_error():
     # the simulator itself still photographs such a sheet
     photo = simulate_photo(t, {"a": "red"}, seed=0, preset="easy", overrides={"output_long_side": 400})
     assert photo.truth["marks"] == {"a": "red"}
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("k1", 5, "lens distortion k1=5.0"),
+    ("exposure", 0, "exposure 0.0 must be"),
+    ("offset_x", 3, "offset_x 3.0 must be -1..1"),
+    ("output_long_side", 50, "output_long_side 50 must be"),
+])
+def test_out_of_range_conditions_are_refused(key, value, message):
+    with pytest.raises(SimulatorError, match=message):
+        sample_conditions("typical", np.random.default_rng(0), {key: value})

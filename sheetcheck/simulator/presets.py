@@ -343,7 +343,18 @@ def _check_values(cond: dict, brands: Mapping) -> None:
         problems.append(f"colour_temp_k {cond['colour_temp_k']} must be 1000..15000")
     if not 0 <= cond["cutoff"] <= 0.6:
         problems.append(f"cutoff {cond['cutoff']} must be 0..0.6")
-    for k in ("shadow", "page_shadow", "vignette", "awb"):
+    if not (abs(cond["k1"]) <= 0.5 and abs(cond["k2"]) <= 0.3):
+        problems.append(f"lens distortion k1={cond['k1']}, k2={cond['k2']} must be |k1| <= 0.5, |k2| <= 0.3")
+    if not 0.05 <= cond["exposure"] <= 4:
+        problems.append(f"exposure {cond['exposure']} must be 0.05..4")
+    for k in ("offset_x", "offset_y"):
+        if not -1 <= cond[k] <= 1:
+            problems.append(f"{k} {cond[k]} must be -1..1 (use cutoff to push the page out of frame)")
+    if not 0 <= cond["curl_position"] <= 1:
+        problems.append(f"curl_position {cond['curl_position']} must be 0..1 (a fraction of the page)")
+    if cond["fold_width_mm"] <= 0:
+        problems.append(f"fold_width_mm {cond['fold_width_mm']} must be positive")
+    for k in ("shadow", "page_shadow", "vignette", "awb", "light_gradient"):
         if not 0 <= cond[k] <= 1:
             problems.append(f"{k} {cond[k]} must be 0..1")
     for k in ("defocus_px", "motion_px", "optics_sigma_px", "read_noise", "shot_noise", "sharpen",
