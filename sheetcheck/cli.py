@@ -15,7 +15,8 @@ import sys
 from sheetcheck.errors import SheetcheckError
 
 EPILOG = """exit codes: 0 ok; 1 some inputs failed; 2 usage error; 3 DISCREPANCY; 4 NEEDS REVIEW; 10+ errors
-(20 invalid template, 21 unknown template, 30-36 bad photo, 40 invalid state, 50 input file)."""
+(11 simulator condition, 20 invalid template, 21 unknown template, 30-36 bad photo,
+40 invalid state, 50 input file)."""
 
 
 def _build_parser() -> argparse.ArgumentParser:

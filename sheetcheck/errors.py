@@ -7,8 +7,8 @@ illegal game state) is a :class:`SheetcheckError` subclass with
 * ``exit_code``: the distinct process exit code the command line returns for it,
 * a message that says what was wrong, with which input, and what to do about it.
 
-Exit codes 0-2 are reserved: 0 success, 1 a verdict other than OK (see ``sheetcheck check``),
-2 a usage error (argparse). Errors use 10 and up.
+Exit codes 0-4 are reserved: 0 success, 1 some inputs of many failed, 2 a usage error (argparse),
+3 and 4 the verdicts DISCREPANCY and NEEDS REVIEW of ``sheetcheck check``. Errors use 10 and up.
 """
 
 from __future__ import annotations
