@@ -658,7 +658,7 @@ def registration_score(image_grey: np.ndarray, H: np.ndarray, t: Template, *, ma
     return _ncc(_blurred(ink, 1.0), _ref_ink(t, REG_DPI, markers, "b1"))
 
 
-def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
+def _locate_by_quad(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
                     image: np.ndarray | None = None, quad: np.ndarray | None = None):
     """Page quad -> (template, rotation) candidates -> ORB + MAGSAC -> ECC.
 
@@ -759,6 +759,100 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
                "ambiguous": bool(runner is not None and margin < 0.03),
                "markers_printed": best["markers_printed"]}
     return best["template"], H, method, quality, details
+
+
+#: Long side (px) of the photo and of the reference for whole-photo feature matching.
+GLOBAL_LONG_SIDE = 1000
+_global_ref: dict = {}
+
+
+def _global_orb():
+    return cv2.ORB_create(nfeatures=4000, scaleFactor=1.2, nlevels=8, edgeThreshold=19,
+                          patchSize=19, fastThreshold=8)
+
+
+def _locate_by_global_features(image_grey, cands):
+    """Whole photo against each template's rendering: ORB, ratio test, MAGSAC homography.
+
+    No page outline needed, so it works where the page merges with a bright background (a
+    white tablecloth, a sleeve) or a corner is lost in shadow. Slower than the page route;
+    used when that one fails or lines up poorly. Returns ``[(score, template, H, inliers)]``.
+    """
+    h, w = image_grey.shape
+    f = min(1.0, GLOBAL_LONG_SIDE / max(h, w))
+    small = cv2.resize(image_grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image_grey
+    ink = _ink_u8(ink_map(small, background_px=max(small.shape) / 40))
+    kp, des = _global_orb().detectAndCompute(ink, None)
+    out = []
+    if des is None or len(kp) < 20:
+        return out
+    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    for t in cands:
+        dpi = GLOBAL_LONG_SIDE * 0.75 / (max(t.width_mm, t.height_mm) / MM_PER_INCH)
+        key = (t.id, t.version, t.source)
+        ref = _global_ref.get(key)
+        if ref is None:
+            r = ink_map(_grey(reference_render(t, dpi=dpi, markers=False)), background_px=dpi / MM_PER_INCH * 8)
+            rk, rd = _global_orb().detectAndCompute(_ink_u8(r), None)
+            ref = (rk, rd, dpi)
+            _global_ref[key] = ref
+        rk, rd, rdpi = ref
+        if rd is None or len(rk) < 20:
+            continue
+        pairs = matcher.knnMatch(rd, des, k=2)
+        good = [p[0] for p in pairs if len(p) == 2 and p[0].distance < 0.8 * p[1].distance]
+        if len(good) < 15:
+            continue
+        src = np.float32([rk[m.queryIdx].pt for m in good])
+        dst = np.float32([kp[m.trainIdx].pt for m in good])
+        G, inl = cv2.findHomography(src, dst, cv2.USAC_MAGSAC, 3.0, maxIters=5000, confidence=0.999)
+        if G is None or inl is None or int(inl.sum()) < 15:
+            continue
+        half = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], float)
+        # reference index -> small index  ==>  mm -> full-photo px
+        Gpx = half @ G @ np.linalg.inv(half)
+        H = normalise_h(scale_matrix(1 / f) @ Gpx @ scale_matrix(rdpi / MM_PER_INCH))
+        try:
+            score = registration_score(image_grey, H, t, markers=False)
+        except cv2.error:
+            continue
+        out.append((score, t, H, int(inl.sum())))
+    out.sort(key=lambda r: -r[0])
+    return out
+
+
+def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
+                    image: np.ndarray | None = None, quad: np.ndarray | None = None):
+    """The page route (:func:`_locate_by_quad`), with whole-photo feature matching as the
+    fallback when no page outline is found or its registration lines up poorly."""
+    err = None
+    try:
+        res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed, border_ok=border_ok,
+                              image=image, quad=quad)
+    except (NoSheetFoundError, SheetCutOffError) as e:
+        res, err = None, e
+    if quad is not None or (res is not None and res[4]["candidates"][0]["correlation"] >= 0.45):
+        if res is None:
+            raise err
+        return res
+    glob = _locate_by_global_features(image_grey, cands)
+    if glob and glob[0][0] >= MIN_REGISTRATION and (
+            res is None or glob[0][0] > res[4]["candidates"][0]["correlation"] + 0.02):
+        score, t, H, inliers = glob[0]
+        runner = next((g for g in glob[1:] if g[1].id != t.id), None)
+        margin = score - runner[0] if runner else score
+        details = {"candidates": [{"template": g[1].id, "correlation": round(g[0], 4), "orb_inliers": g[3]}
+                                  for g in glob[:4]],
+                   "identification_margin": round(float(margin), 4),
+                   "ambiguous": bool(runner is not None and margin < 0.03),
+                   "markers_printed": False, "route": "whole-photo features"}
+        if res is not None:
+            details["page_route_correlation"] = res[4]["candidates"][0]["correlation"]
+        quality = float(np.clip((score - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
+        return t, H, "features", quality, details
+    if res is None:
+        raise err
+    return res
 
 
 # --------------------------------------------------------------------------------------------
