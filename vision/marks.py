@@ -379,6 +379,7 @@ class _Features:
     coherence: np.ndarray
     dlen_min: np.ndarray
     dlen_max: np.ndarray
+    faint_dlen_max: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -497,12 +498,14 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     ds = dseen.reshape(R, 2, 8).sum(axis=2)
     dlen = np.where(ds >= 3, dh / np.maximum(ds, 1), 0.0)
     dl1, dl2 = dlen[:, 0], dlen[:, 1]
+    fhit = np.bincount(db, faint[sel], R * 16) > 0
+    fdl = np.where(ds >= 3, (fhit & dseen).reshape(R, 2, 8).sum(axis=2) / np.maximum(ds, 1), 0.0)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
-                     np.minimum(dl1, dl2), np.maximum(dl1, dl2))
+                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1))
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -645,6 +648,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         # Only for connections: a faint trail along a segment is structure that noise does
         # not make, while faint texels inside a printed area are mostly print fringe.
         p_marked = max(p_marked, 0.5 * p_faint)
+    elif can_cross and f.x_ok[i]:
+        # likewise a faint trail along most of a diagonal: a light graphite slash or cross
+        p_marked = max(p_marked, 0.5 * float(_sigmoid((f.faint_dlen_max[i] - 0.7) / 0.06)))
     probs: dict[str, float] = {m: 0.0 for m in allowed}
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
