@@ -31,7 +31,7 @@ import numpy as np
 from calibration.template import Template, all_templates, get_template
 from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
                                UnknownTemplateError)
-from vision._geom_render import (MM_PER_INCH, frame_size, ink_map, normalise_h, project,
+from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h, project,
                                  reference_render, scale_matrix, warp_to_frame)
 
 __all__ = ["SheetLocation", "locate_sheet", "find_page_quad", "detect_markers",
@@ -734,6 +734,10 @@ def _locate_by_quad(image_grey, cands, *, markers_printed: bool | None, border_o
         if s2 > best["score"]:
             best["G"], best["score"], ecc_used = G2, s2, True
     H = to_h(best["H0"], best["G"])
+    per_template = {}
+    for f_ in finals:
+        if f_["template"].id not in per_template:
+            per_template[f_["template"].id] = (f_["template"], H if f_ is best else to_h(f_["H0"], f_["G"]))
     cand_list = [{"template": f["template"].id, "rotation_deg": 90 * f["rotation"],
                   "correlation": round(f["score"], 4), "coarse": round(f["coarse"], 4),
                   "orb_inliers": f["inliers"]} for f in finals]
@@ -757,7 +761,7 @@ def _locate_by_quad(image_grey, cands, *, markers_printed: bool | None, border_o
     details = {"page_quad_px": quad.round(2).tolist(), "candidates": cand_list,
                "identification_margin": round(float(margin), 4), "ecc_refined": ecc_used,
                "ambiguous": bool(runner is not None and margin < 0.03),
-               "markers_printed": best["markers_printed"]}
+               "markers_printed": best["markers_printed"], "_per_template": per_template}
     return best["template"], H, method, quality, details
 
 
@@ -821,38 +825,143 @@ def _locate_by_global_features(image_grey, cands):
     return out
 
 
+def print_score(image: np.ndarray, H: np.ndarray, t: Template) -> float:
+    """How well the *printed* sheet matches template ``t`` under ``H`` (about -1..1).
+
+    Achromatic ink (dark in every colour channel) of the RGB photo at 50 dpi, so pencil colour
+    barely counts; compared tile by tile, each tile allowed to slide by up to 2 mm, so a curl or
+    a slightly worse registration of one candidate does not decide between similar templates
+    (the levels of one game): their printed differences do."""
+    dpi = 50.0
+    size = frame_size(t, dpi)
+    key = (t.id, t.version, t.source, "achromatic", dpi)
+    ref = _ref_ink_cache.get(key)
+    if ref is None:
+        r = np.asarray(reference_render(t, dpi=dpi, markers=False))
+        ref = _blurred(achromatic_ink(r, background_px=dpi / MM_PER_INCH * 8), 1.0).astype(np.float32)
+        _ref_ink_cache[key] = ref
+    rgb = warp_to_frame(image, H, dpi, size, border_value=(255, 255, 255))
+    ink = _blurred(achromatic_ink(rgb, background_px=dpi / MM_PER_INCH * 8), 1.0).astype(np.float32)
+    h, w = ref.shape
+    m = 4  # px of slide each way (2 mm at 50 dpi)
+    num = den = 0.0
+    for ys in np.array_split(np.arange(h), 4):
+        for xs in np.array_split(np.arange(w), 6):
+            y0, y1, x0, x1 = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1
+            T = ref[y0 + m:y1 - m, x0 + m:x1 - m]
+            wt = float(T.std())
+            if wt < 0.01:
+                continue
+            r_ = cv2.matchTemplate(ink[y0:y1, x0:x1], T, cv2.TM_CCOEFF_NORMED)
+            num += wt * float(np.nan_to_num(r_).max())
+            den += wt
+    return num / den if den > 0 else 0.0
+
+
+def _ach_ref(t: Template, dpi: float = 50.0) -> np.ndarray:
+    key = (t.id, t.version, t.source, "achromatic-raw", dpi)
+    ref = _ref_ink_cache.get(key)
+    if ref is None:
+        r = np.asarray(reference_render(t, dpi=dpi, markers=False))
+        ref = achromatic_ink(r, background_px=dpi / MM_PER_INCH * 8).astype(np.float32)
+        _ref_ink_cache[key] = ref
+    return ref
+
+
+def _pairwise(image, a, b, dpi: float = 50.0) -> float | None:
+    """Evidence for option ``a`` over ``b`` (each ``(template, H)``): the correlation of the
+    photo's achromatic ink with each template's print *only where the two prints differ*
+    (a level's extra glyphs, rows, labels). Positive favours ``a``; None if they do not differ
+    or differ in page size."""
+    ta, Ha = a
+    tb, Hb = b
+    ra, rb = _ach_ref(ta, dpi), _ach_ref(tb, dpi)
+    if ra.shape != rb.shape:
+        return None
+    diff = cv2.dilate(_blurred(np.abs(ra - rb), 1.5), np.ones((5, 5), np.uint8))
+    W = diff > 0.05
+    if W.sum() < 50:
+        return None
+    size = frame_size(ta, dpi)
+
+    def ink(H):
+        rgb = warp_to_frame(image, H, dpi, size, border_value=(255, 255, 255))
+        return _blurred(achromatic_ink(rgb, background_px=dpi / MM_PER_INCH * 8), 1.5)
+    sa = _ncc(ink(Ha), _blurred(ra, 1.5), W)
+    sb = _ncc(ink(Hb), _blurred(rb, 1.5), W)
+    return sa - sb
+
+
+def _identify(image, options):
+    """Choose among ``[(template, H)]``: rank by :func:`print_score`, then let the runners-up
+    challenge the leader where their prints differ (:func:`_pairwise`). Returns
+    ``(index, scores, margin)``; a margin near 0 means the photo cannot tell them apart."""
+    scores = [print_score(image, H, t) for t, H in options]
+    order = list(np.argsort(scores)[::-1][:3])
+    best = order[0]
+    margin = None
+    for other in order[1:]:
+        ev = _pairwise(image, options[best], options[other])
+        if ev is None:
+            ev = scores[best] - scores[other]
+        if ev < 0:
+            best, ev = other, -ev
+        margin = ev if margin is None else min(margin, ev)
+    if margin is None:
+        margin = 1.0
+    return int(best), scores, float(margin)
+
+
 def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
                     image: np.ndarray | None = None, quad: np.ndarray | None = None):
     """The page route (:func:`_locate_by_quad`), with whole-photo feature matching as the
-    fallback when no page outline is found or its registration lines up poorly."""
+    fallback when no page outline is found or its registration lines up poorly; among several
+    candidate templates the one whose print (not pencil) lines up best wins."""
     err = None
     try:
         res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed, border_ok=border_ok,
                               image=image, quad=quad)
     except (NoSheetFoundError, SheetCutOffError) as e:
         res, err = None, e
-    if quad is not None or (res is not None and res[4]["candidates"][0]["correlation"] >= 0.45):
-        if res is None:
-            raise err
-        return res
-    glob = _locate_by_global_features(image_grey, cands)
-    if glob and glob[0][0] >= MIN_REGISTRATION and (
-            res is None or glob[0][0] > res[4]["candidates"][0]["correlation"] + 0.02):
+    glob = []
+    if quad is None and (res is None or res[4]["candidates"][0]["correlation"] < 0.45):
+        glob = _locate_by_global_features(image_grey, cands)
+    use_glob = bool(glob and glob[0][0] >= MIN_REGISTRATION and (
+        res is None or glob[0][0] > res[4]["candidates"][0]["correlation"] + 0.02))
+    if res is None and not use_glob:
+        raise err
+    if use_glob:
         score, t, H, inliers = glob[0]
-        runner = next((g for g in glob[1:] if g[1].id != t.id), None)
-        margin = score - runner[0] if runner else score
+        options = {}
+        for g in glob:
+            options.setdefault(g[1].id, (g[1], g[2]))
         details = {"candidates": [{"template": g[1].id, "correlation": round(g[0], 4), "orb_inliers": g[3]}
                                   for g in glob[:4]],
-                   "identification_margin": round(float(margin), 4),
-                   "ambiguous": bool(runner is not None and margin < 0.03),
                    "markers_printed": False, "route": "whole-photo features"}
         if res is not None:
             details["page_route_correlation"] = res[4]["candidates"][0]["correlation"]
-        quality = float(np.clip((score - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
-        return t, H, "features", quality, details
-    if res is None:
-        raise err
-    return res
+        method = "features"
+    else:
+        t, H, method, _, details = res
+        options = details.get("_per_template", {t.id: (t, H)})
+        score = details["candidates"][0]["correlation"]
+    details.pop("_per_template", None)
+    opts = list(options.values())
+    if len(opts) > 1 and image is not None and image.ndim == 3:
+        i, pscores, margin = _identify(image, opts)
+        t, H = opts[i]
+        details["identification"] = {o[0].id: round(float(ps), 4) for o, ps in zip(opts, pscores)}
+        score = registration_score(image_grey, H, t, markers=bool(details.get("markers_printed")))
+    else:
+        margin = 1.0 if len(opts) == 1 else 0.0
+    details["identification_margin"] = round(margin, 4)
+    # Margins of a right identification are 0.1-0.5 (measured on simulated photos); below
+    # 0.08 the levels of one game cannot be told apart and every reading must be reviewed.
+    details["ambiguous"] = bool(len(opts) > 1 and margin < 0.08)
+    quality = float(np.clip((score - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.15, 0.2, 1))
+    if details["ambiguous"]:
+        quality = min(quality, 0.3)
+    return t, H, method, quality, details
 
 
 # --------------------------------------------------------------------------------------------

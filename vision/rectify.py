@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from vision._geom_render import (MM_PER_INCH, frame_size, frame_to_image_index_map, ink_map,
+from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map, ink_map,
                                  project, reference_render)
 from vision.locate import SheetLocation
 
@@ -197,31 +197,12 @@ def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     return cv2.max(1.0 - r, 0.0)
 
 
-def _achromatic_ink(rgb: np.ndarray, *, background_px: float) -> np.ndarray:
-    """Ink that is dark in *every* channel relative to the local paper, 0..1 float32.
-
-    Each channel is divided by its own local paper level (which also white-balances the
-    photo locally); the brightest ratio is kept. Black print is dark in all three channels;
-    a pencil colour is bright in at least one, so colouring over the print barely moves the
-    alignment (and coloured print is discounted equally in the reference)."""
-    h, w = rgb.shape[:2]
-    f = 4
-    small = cv2.resize(rgb, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
-    kk = max(3, int(background_px / f) | 1)
-    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
-    bg = cv2.blur(bg, (kk, kk))
-    bg = cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
-    r = cv2.divide(rgb, cv2.max(bg, 1), scale=1.0, dtype=cv2.CV_32F)
-    top = cv2.max(cv2.max(r[..., 0], r[..., 1]), r[..., 2])
-    return cv2.max(1.0 - top, 0.0)
-
-
 ACHROMATIC = False
 
 
 def _ink_of(img: np.ndarray, *, background_px: float) -> np.ndarray:
     if ACHROMATIC and img.ndim == 3:
-        return _achromatic_ink(img, background_px=background_px)
+        return achromatic_ink(img, background_px=background_px)
     return _fast_ink(_grey(img), background_px=background_px)
 
 
