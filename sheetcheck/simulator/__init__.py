@@ -2,8 +2,8 @@
 
 Public API::
 
-    simulate_photo(template, marks, *, seed, preset="typical", markers=True, overrides=None)
-        -> SimulatedPhoto(image, jpeg, truth)
+    simulate_photo(template, marks, *, seed, preset="typical", markers=True, overrides=None,
+                   painter="default") -> SimulatedPhoto(image, jpeg, truth)
     random_marks(template, rng, *, fill=0.5) -> {region_id: mark}
     paint_sheet(sheet_rgb, template, marks, *, dpi, rng, pencils) -> painted sheet
     PRESETS: {"easy", "typical", "hard"}
@@ -28,12 +28,17 @@ from sheetcheck.simulator.paint import check_marks, paint_sheet
 from sheetcheck.simulator.presets import (PRESETS, SimulatorError, condition_keys, load_brands,
                                           pencils_for, sample_conditions)
 from sheetcheck.simulator.sheet import render_blank, render_dpi_for
+from sheetcheck.simulator import heldout  # noqa: E402 - after presets, which it imports
 
 __all__ = ["SimulatedPhoto", "simulate_photo", "random_marks", "paint_sheet", "PRESETS",
            "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT",
-           "truth_json", "with_swatches"]
+           "truth_json", "with_swatches", "PAINTERS"]
 
 TRUTH_FORMAT = "sheetcheck.truth/1"
+
+#: Who colours the sheet: the main painter (``paint.py``, the one the reader is tuned on) or
+#: the independent held-out painter (``heldout.py``, for out-of-sample measurement only).
+PAINTERS = ("default", "heldout")
 
 #: Readable kinds a player colours in (the others are lines, numbers or special).
 _COLOURS = ("orange", "red", "blue", "green", "purple")
@@ -119,7 +124,8 @@ def _streams(seed: int, n: int, *salt: str) -> list[np.random.Generator]:
 
 
 def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str = "typical",
-                   markers: bool = True, overrides: Mapping | None = None) -> SimulatedPhoto:
+                   markers: bool = True, overrides: Mapping | None = None,
+                   painter: str = "default") -> SimulatedPhoto:
     """Paint ``marks`` on ``template`` and photograph it with a simulated phone.
 
     Parameters
@@ -135,6 +141,12 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
         Photograph a sheet printed with (default) or without its ArUco markers.
     overrides : dict, optional
         Conditions to fix (``{"rotation_deg": 180}``), see ``docs/SIMULATOR.md``.
+    painter : str
+        ``"default"`` (the main painter) or ``"heldout"`` (the independent painter and pencil
+        sets of :mod:`sheetcheck.simulator.heldout`; never tune the reader on it). The camera is
+        the same: a seed gives the same camera, light and background with either painter. With
+        ``"heldout"``, ``pencil_brand``, ``pencil_jitter`` and ``hand.*`` overrides go to the
+        held-out painter, and the truth's conditions record ``painter`` (absent means default).
 
     Returns
     -------
@@ -147,10 +159,19 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     SimulatorError
         for an unknown preset or condition, or a bad condition value.
     """
+    if painter not in PAINTERS:
+        raise SimulatorError(f"unknown painter {painter!r}.", hint=f"Painters: {', '.join(PAINTERS)}.")
     check_marks(template, marks)
     full = {r.id: marks.get(r.id, "empty") for r in template.readable_regions()}
     r_cond, r_paint, r_pencil, r_cam, r_late = _streams(seed, 5, template.id, str(preset))
+    held = None
+    if painter == "heldout":
+        # the held-out painter draws from its own streams; the camera streams stay as they are
+        overrides, paint_overrides = heldout.split_overrides(overrides)
+        held, r_held = heldout.heldout_conditions(seed, template.id, str(preset), paint_overrides)
     cond = sample_conditions(preset, r_cond, overrides, rng_late=r_late)
+    if held is not None:
+        cond.update(held)
     ls = cond["output_long_side"]
     ss = int(round(ls / cond["aspect"]))
     orient = cond["photo_orientation"]
@@ -177,10 +198,16 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     # render finer than the photo samples the page (pencil strokes are thinner than a photo
     # pixel on small photos), then low-pass before the warp so hatching does not alias
     dpi = render_dpi_for(max(density * 1.25, 100 / 25.4))
-    pencils = pencils_for(cond, r_pencil)
     blank = render_blank(template, dpi=dpi, markers=markers)
-    painted = paint_sheet(blank, template, full, dpi=dpi, rng=r_paint, pencils=pencils,
-                          hand=cond["hand"])
+    if held is None:
+        pencils = pencils_for(cond, r_pencil)
+        painted = paint_sheet(blank, template, full, dpi=dpi, rng=r_paint, pencils=pencils,
+                              hand=cond["hand"])
+    else:
+        pencils = held["pencils"]
+        painted = heldout.paint_heldout(blank, template, full, dpi=dpi, rng=r_held, pencils=pencils,
+                                        hand=held["hand"],
+                                        pencil_set=heldout.load_heldout_sets()["sets"][held["pencil_brand"]])
     ratio = dpi / 25.4 / density
     if ratio > 1.3:
         painted = cv2.GaussianBlur(painted, (0, 0), 0.4 * ratio)
