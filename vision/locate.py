@@ -38,8 +38,10 @@ __all__ = ["SheetLocation", "locate_sheet", "find_page_quad", "detect_markers",
            "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
 
 #: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
-#: fills half of the frame are then >= 25 px, well above ArUco's needs, and detection is fast.
-DETECT_LONG_SIDE = 1280
+#: fills half of the frame are then >= 20 px, enough for ArUco (46 of 72 blurred hard-preset
+#: markers found at 1000 px against 47 at 1280, in half the time). Corners are then refined
+#: on the full decoded image.
+DETECT_LONG_SIDE = 1000
 #: Below this correlation of the photo's print with the template's rendering (see
 #: :func:`registration_score`) a registration is not believed.
 MIN_REGISTRATION = 0.25
@@ -997,7 +999,7 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
 # blur
 # --------------------------------------------------------------------------------------------
 
-_BLUR_SIGMAS_PX = (0.0, 0.5, 0.8, 1.2, 1.6, 2.0, 2.5, 3.0, 4.0, 5.0)
+_BLUR_SIGMAS_PX = (0.0, 0.7, 1.3, 2.0, 2.8, 3.8, 5.0)
 
 
 def estimate_blur_mm(image_grey: np.ndarray, H: np.ndarray, t: Template, *, markers: bool) -> tuple[float, float]:
@@ -1021,16 +1023,19 @@ def estimate_blur_mm(image_grey: np.ndarray, H: np.ndarray, t: Template, *, mark
     m = 3  # px of slide each way (~2 mm at 40 dpi)
     scores = np.zeros(len(_BLUR_SIGMAS_PX))
     den = 0.0
-    for ys in np.array_split(np.arange(h), 3):
-        for xs in np.array_split(np.arange(w), 4):
+    mid = stack[len(stack) // 2 - 1]
+    for ys in np.array_split(np.arange(h), 2):
+        for xs in np.array_split(np.arange(w), 3):
             y0, y1, x0, x1 = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1
             wt = float(stack[0][y0 + m:y1 - m, x0 + m:x1 - m].std())
             if wt < 0.02:
                 continue
-            patch = ink[y0:y1, x0:x1]
+            # align the tile once (integer shift, up to m px), then compare every sigma there
+            r_ = cv2.matchTemplate(ink[y0:y1, x0:x1], mid[y0 + m:y1 - m, x0 + m:x1 - m], cv2.TM_CCOEFF_NORMED)
+            _, _, _, (dx, dy) = cv2.minMaxLoc(np.nan_to_num(r_))
+            patch = ink[y0 + dy:y1 - 2 * m + dy, x0 + dx:x1 - 2 * m + dx]
             for i, ref in enumerate(stack):
-                r_ = cv2.matchTemplate(patch, ref[y0 + m:y1 - m, x0 + m:x1 - m], cv2.TM_CCOEFF_NORMED)
-                scores[i] += wt * float(np.nan_to_num(r_).max())
+                scores[i] += wt * _ncc(patch, ref[y0 + m:y1 - m, x0 + m:x1 - m])
             den += wt
     if den == 0:
         return 0.0, 0.0
