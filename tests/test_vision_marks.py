@@ -102,6 +102,21 @@ def test_calibration_follows_swatches_and_keeps_unlabelled_outliers_out():
     assert cal.evidence["green"] == 0 and cal.evidence["blue"] == 0 and cal.evidence["purple"] == 1
 
 
+def test_sheet_marks_are_matched_to_pencils_in_hue_order():
+    """No swatches, a brand whose red is crimson (near the prior's purple) and whose orange is
+    yellowish: the clusters keep the pencils' order around the hue circle, so each still goes to
+    its own colour."""
+    prior = load_palette("default")
+    hues = {"purple": [330, 331, 333], "green": [119, 120, 121], "red": [349, 353, 357],
+            "blue": [236, 238, 241], "orange": [82, 87, 91]}
+    cal = calibrate_palette(prior, [HueSample(h, 1.0, None) for v in hues.values() for h in v])
+    assert cal.source == "sheet"
+    for colour, hs in hues.items():
+        for h in hs:
+            d = cal.distances(h)
+            assert min(d, key=d.get) == colour, (colour, h, d)
+
+
 # ---------------------------------------------------------------------------------------------
 # light
 # ---------------------------------------------------------------------------------------------

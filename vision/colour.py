@@ -247,7 +247,8 @@ class HueSample:
 def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
                       prior_weight: float = 4.0, swatch_weight: float = 12.0,
                       max_shift_deg: float = 25.0, iterations: int = 3,
-                      min_spread_deg: float = 5.0) -> Palette:
+                      min_spread_deg: float = 5.0, max_shift_swatch_deg: float = 60.0,
+                      max_shift_ordered_deg: float = 40.0) -> Palette:
     """Adapt the prior palette to one photo.
 
     Swatch samples (``label`` = a colour name) pull their own colour strongly; unlabelled
@@ -263,7 +264,11 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
     prior_weight, swatch_weight : float
         Relative weights (in units of one region) of the prior and of a coloured swatch.
     max_shift_deg : float
-        Largest allowed move of a hue centre.
+        Largest allowed move of a hue centre by unlabelled samples.
+    max_shift_swatch_deg : float
+        Largest allowed move of a colour whose swatch was coloured.
+    max_shift_ordered_deg : float
+        Largest allowed move of a colour matched by hue order (no swatch).
     iterations : int
         Assignment/update rounds.
     min_spread_deg : float
@@ -280,12 +285,23 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
     names = list(centres)
     labelled = [s for s in samples if s.label in centres]
     free = [s for s in samples if s.label is None]
-    used_swatch = bool(labelled)
+    # Unlabelled marks first go through an order-preserving match: the sheet's hue clusters
+    # keep the pencils' order around the hue circle even when a brand or a camera moves
+    # every hue a little differently (a crimson "red" near purple, a yellowish "orange").
+    ordered = _ordered_labels(prior, free, exclude={s.label for s in labelled})
+    if ordered is not None:
+        labelled = labelled + [HueSample(s.hue_deg, -1.0, lab) for s, lab in zip(free, ordered)
+                               if lab is not None]
+        weights_from_order = True
+        free = [s for s, lab in zip(free, ordered) if lab is None]
+    else:
+        weights_from_order = False
+    used_swatch = any(s.weight >= 0 for s in labelled)
     evidence = {n: 0 for n in names}
     for _ in range(max(1, iterations)):
         groups: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
         for s in labelled:
-            groups[s.label].append((s.hue_deg, swatch_weight))
+            groups[s.label].append((s.hue_deg, swatch_weight if s.weight >= 0 else 1.0))
         for s in free:
             d = {n: abs(float(hue_diff(s.hue_deg, centres[n]))) / spreads[n] for n in names}
             best = min(d, key=d.get)
@@ -301,8 +317,16 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
             base = prior.colour(n).hue_deg
             h = circular_mean_deg(np.array(hs + [base]), np.array(ws + [prior_weight]))
             shift = float(hue_diff(h, base))
-            if abs(shift) > max_shift_deg:
-                h = (base + math.copysign(max_shift_deg, shift)) % 360.0
+            # A coloured swatch may move its colour far (it names the pencil); the sheet's
+            # unlabelled marks only a little, so few marks cannot drag one pencil onto another.
+            if any(s.label == n and s.weight >= 0 for s in labelled):
+                limit = max_shift_swatch_deg
+            elif any(s.label == n for s in labelled):
+                limit = max_shift_ordered_deg
+            else:
+                limit = max_shift_deg
+            if abs(shift) > limit:
+                h = (base + math.copysign(limit, shift)) % 360.0
             new[n] = h
             evidence[n] = len(hs)
             # Spread: the prior's, shrunk towards the scatter this photo shows once there is
@@ -319,9 +343,64 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
         spreads = new_spread
     return replace(prior,
                    colours=tuple(PaletteColour(n, centres[n], spreads[n]) for n in names),
-                   source=("swatches+sheet" if used_swatch and free else
-                           "swatches" if used_swatch else "sheet" if free else "prior"),
+                   source=("swatches+sheet" if used_swatch and (free or weights_from_order) else
+                           "swatches" if used_swatch else
+                           "sheet" if (free or weights_from_order) else "prior"),
                    evidence=evidence)
+
+
+def _ordered_labels(prior: Palette, free: Sequence[HueSample], *, exclude=frozenset(),
+                    gap_deg: float = 12.0, max_dist_deg: float = 50.0) -> list | None:
+    """Label unlabelled hue samples by matching their clusters to the palette in hue order.
+
+    Samples are clustered on the hue circle (a new cluster wherever consecutive hues are more
+    than ``gap_deg`` apart); clusters are matched to palette colours (those not already named
+    by a swatch) by the assignment that keeps the circular order and has the least squared
+    distance in units of spread. Returns a label per sample, or None when the clusters do not
+    fit (more clusters than colours, or a match farther than ``max_dist_deg``): the caller
+    then falls back to nearest-colour assignment.
+    """
+    import itertools
+
+    if len(free) < 2:
+        return None
+    cols = sorted((c for c in prior.colours if c.name not in exclude), key=lambda c: c.hue_deg)
+    hs = np.array([s.hue_deg for s in free], float) % 360.0
+    order = np.argsort(hs)
+    sh = hs[order]
+    gaps = np.diff(np.concatenate([sh, [sh[0] + 360.0]]))
+    if gaps.max() <= gap_deg:
+        return None  # one continuous smear of hues: no structure to match
+    start = int(np.argmax(gaps)) + 1  # begin after the largest gap
+    seq = np.roll(order, -start)
+    clusters: list[list[int]] = [[int(seq[0])]]
+    for a, b in zip(seq[:-1], seq[1:]):
+        if (hs[b] - hs[a]) % 360.0 > gap_deg:
+            clusters.append([])
+        clusters[-1].append(int(b))
+    if len(clusters) > len(cols):
+        return None
+    cmean = [circular_mean_deg(hs[c]) for c in clusters]
+    cw = [len(c) for c in clusters]
+    best, best_cost = None, np.inf
+    n = len(cols)
+    for combo in itertools.combinations(range(n), len(clusters)):
+        for rot in range(n):
+            chosen = [cols[(i + rot) % n] for i in combo]
+            # keep circular order: chosen colours must be increasing in hue after rotation
+            d = [float(hue_diff(m, c.hue_deg)) for m, c in zip(cmean, chosen)]
+            if any(abs(x) > max_dist_deg for x in d):
+                continue
+            cost = sum(w * (x / c.hue_spread_deg) ** 2 for w, x, c in zip(cw, d, chosen))
+            if cost < best_cost:
+                best, best_cost = chosen, cost
+    if best is None:
+        return None
+    labels: list = [None] * len(free)
+    for cl, colour in zip(clusters, best):
+        for k in cl:
+            labels[k] = colour.name
+    return labels
 
 
 __all__ = [

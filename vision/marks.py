@@ -586,8 +586,10 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
             colour = (r.meaning or {}).get("colour")
             if colour in prior.names:
                 d = abs(float(hue_diff(f.hue[i], prior.colour(colour).hue_deg)))
-                # A swatch coloured with another pencil is not evidence for its colour.
-                label = colour if d <= 3.0 * prior.colour(colour).hue_spread_deg else None
+                # The swatch is the player saying "this is my red": believe it unless its hue
+                # is far outside anything called by that name (then it was coloured with
+                # another pencil and is no evidence for its colour).
+                label = colour if d <= 60.0 else None
                 samples.append(HueSample(float(f.hue[i]), wgt, label))
                 continue
         samples.append(HueSample(float(f.hue[i]), wgt, None))
@@ -752,6 +754,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
              "coloured": float(f.coloured[i]),
              "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
              "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
+             "faint_coverage": float(f.faint_line[i] if is_line else f.faint_cover[i]),
              **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i]),
                                       "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
