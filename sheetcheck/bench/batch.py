@@ -127,6 +127,9 @@ def run(args) -> int:
             # how much CPU the workers actually got (2.0 = both cores all the time): on a shared
             # machine this, not the code, often limits the measured rate
             "cores_obtained_by_workers": round(sum(batch_cpu) / s.seconds, 2),
+            # what the same CPU work per photo gives when the workers have every core to
+            # themselves (an estimate from the measured CPU, not a measured rate)
+            "rate_if_cores_were_free_sheets_per_s": round(cores / statistics.median(batch_cpu), 2),
             "verdicts": s.verdicts, "errors": s.errors,
         }
     print(f"batch of {fig['photos']} 12 MP photos on {cores} cores: "
@@ -141,6 +144,8 @@ def run(args) -> int:
     print(f"machine load average before/after: {fig['load_average_before_after']} "
           f"(a load above {cores} means other work shared these cores); the workers obtained "
           f"{fig['cores_obtained_by_workers']:.2f} cores of CPU on average")
+    print(f"estimate with the cores to themselves: {fig['rate_if_cores_were_free_sheets_per_s']:.2f} "
+          f"sheets/s ({cores} cores / {fig['batch_photo_cpu_seconds_median'] * 1000:.0f} ms CPU per photo)")
     print(f"verdicts: {fig['verdicts']}")
     if args.json:
         Path(args.json).write_text(json.dumps(fig, indent=2) + "\n", encoding="utf-8")
