@@ -93,8 +93,14 @@ class _RefTiles:
         self.cx = xs.astype(float) + tile / 2 - 0.5
 
 
+def _in(mp: np.ndarray, y: int, x: int, w: int, h: int) -> bool:
+    v = mp[y, x]
+    return bool(-0.5 <= v[0] <= w - 0.5 and -0.5 <= v[1] <= h - 0.5)
+
+
 def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
-                   valid: np.ndarray | None, every: int = 1, min_response: float = 0.08):
+                   valid: np.ndarray | None, every: int = 1, min_response: float = 0.08,
+                   inside=None):
     shifts = np.full(rt.shape + (2,), np.nan, np.float32)
     weight = np.zeros(rt.shape, np.float32)
     T = rt.tile
@@ -102,6 +108,9 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
         y, x = rt.yx[n]
         if valid is not None and not (valid[y, x] and valid[y + T - 1, x] and valid[y, x + T - 1]
                                       and valid[y + T - 1, x + T - 1]):
+            continue
+        if inside is not None and not (inside(y, x) and inside(y + T - 1, x) and inside(y, x + T - 1)
+                                       and inside(y + T - 1, x + T - 1)):
             continue
         # A copy: cv2.phaseCorrelate applies its window in place on array views.
         p = photo_ink[y:y + T, x:x + T].copy()
@@ -353,8 +362,9 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
 
     markers = bool(location.details.get("markers_printed", True))
-    # measure on colour (see _achromatic_ink) or grey
+    # measure on colour (see achromatic_ink) or grey
     src_m = a if ACHROMATIC else _grey(a)
+    pyramid = [src_m]
     white = (255, 255, 255) if src_m.ndim == 3 else 255
     # Measure at the photo's own resolution at most: upsampling a small, blurred photo to
     # ``dpi`` adds no information, only noise to the correlation. Tiles hold >= 48 px.
@@ -369,10 +379,13 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         """Warp at ``mdpi`` (displacement in output px) and measure shifts in ``mdpi`` px."""
         size_m = frame_size(t, mdpi)
         rt = _reference_tiles(t, mdpi, markers, tile, stride)
-        src_p = src_m
-        while ratio * (dpi / mdpi) * (src_p.shape[1] / ww) >= 2.0:
+        lvl = 0
+        while ratio * (dpi / mdpi) * (pyramid[lvl].shape[1] / ww) >= 2.0:
             # halve the photo (pyrDown low-passes first): index -> (i + 0.5) / 2 - 0.5
-            src_p = cv2.pyrDown(src_p)
+            lvl += 1
+            if lvl == len(pyramid):
+                pyramid.append(cv2.pyrDown(pyramid[-1]))
+        src_p = pyramid[lvl]
         f = src_p.shape[1] / ww
         P = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
         Mm = P @ frame_to_image_index_map(H, mdpi)
@@ -385,8 +398,11 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
                 return displacement(qo) / sc
         mp = _photo_maps(Mm, size_m, disp_m)
         img, _ = sample(src_p, mp, white)
+        # tiles are kept where all four corners map into the photo (cheaper than a full mask)
+        hs, ws = src_p.shape[:2]
         return _measure_tiles(_ink_of(img, background_px=mdpi / MM_PER_INCH * 6), rt,
-                              max_shift=max_shift, valid=inside(mp, src_p.shape), every=every)
+                              max_shift=max_shift, valid=None, every=every,
+                              inside=lambda y, x: _in(mp, y, x, ws, hs))
 
     # --- coarse pass: half the measuring resolution, 1.5x larger tiles, shifts of several mm ---
     dpi_c = dpi_f / 2
