@@ -309,7 +309,7 @@ def _candidates(state, kind: str, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
-def inject_violation(state, kind: str, rng: random.Random):
+def inject_violation(state, kind: str, rng):
     """Return a copy of ``state`` that breaks exactly the rule named by ``kind``.
 
     The change is drawn at random among small edits of the sheet (a cell emptied, coloured or
@@ -328,6 +328,9 @@ def inject_violation(state, kind: str, rng: random.Random):
         raise StateError(f"unknown Crypts violation {kind!r}.",
                          hint=f"Known: {', '.join(VIOLATIONS)}.")
     want = VIOLATION_RULE[kind]
+    if not isinstance(rng, random.Random):  # the interface takes any of seed, Random, Generator
+        seed = int(rng.integers(2**63)) if hasattr(rng, "integers") else rng
+        rng = random.Random(seed)
     for ch in _candidates(state, kind, rng)[:60]:
         resettle = ch.pop("_settle", False)
         try:

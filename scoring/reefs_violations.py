@@ -8,6 +8,8 @@ on paper, usually indistinguishable from one drawn earlier (RULES.md (Reefs), R9
 from __future__ import annotations
 
 
+import random
+
 import numpy as np
 
 from scoring.reefs import (COLOURS, State, analyse, layout_of, make_state, _graph)
@@ -133,6 +135,8 @@ def inject_violation(state: State, kind: str, rng) -> State:
     """
     if kind not in VIOLATION_RULES:
         raise StateError(f"unknown violation kind {kind!r}; kinds: {', '.join(VIOLATIONS)}.")
+    if isinstance(rng, random.Random):  # the interface takes any of seed, Random, Generator
+        rng = np.random.default_rng(rng.getrandbits(64))
     rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
     lay = state.layout
     if kind not in violations_for(state.template):

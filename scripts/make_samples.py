@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Remake ``sample_photos/``: simulated phone photos of legally played sheets, with truth.
+"""Remake ``sample_photos/``: simulated phone photos of played sheets, with truth.
 
     .venv/bin/python scripts/make_samples.py [--out sample_photos] [--dry-run]
 
@@ -7,6 +7,11 @@ Every photo is made by the ``sheetcheck simulate`` command (the exact command is
 listed in sample_photos/README.md). Marks come from a legal game played by the rules engine
 (``--game``). A photo over the size budget is made again with a lower JPEG quality (the
 override is recorded in its truth and printed).
+
+A few more sheets (``VIOLATION_SAMPLES``) break one rule on purpose: a legal game's end state with
+one labelled violation injected by the rules engine (``engine.inject_violation``). Their truth
+records it as ``"violation": {"kind", "rule"}`` and ``marks_source: "game+violation"``, and their
+file names say ``-break-<kind>``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,48 @@ SAMPLES: list[tuple[str, str, int, bool, dict]] = [
     ("reefs-3", "typical", 12, True, {"output_long_side": 2048}),
     ("reefs-3", "hard", 13, True, {}),
 ]
+
+
+#: (template, preset, seed, violation kind, extra overrides): sheets with one deliberate rule break.
+VIOLATION_SAMPLES: list[tuple[str, str, int, str, dict]] = [
+    ("crypts-2", "easy", 21, "points_unearned", {"output_long_side": 2000, "jpeg_quality": 88}),
+    ("crypts-3", "typical", 22, "gap_in_row", {"output_long_side": 2048}),
+    ("reefs-1", "easy", 23, "coin_boxes_wrong", {"output_long_side": 2048, "jpeg_quality": 88}),
+    ("reefs-3", "typical", 24, "branch", {"output_long_side": 2048}),
+]
+
+
+def make_violation_sample(template_id, preset, seed, kind, sets, out: Path) -> Path:
+    """One photo of a legal game's end state with one injected, labelled rule break."""
+    import json
+    import random
+
+    import numpy as np
+
+    from calibration.template import get_template
+    from scoring.registry import engine_for
+    from sheetcheck.simulator import simulate_photo, truth_json, with_swatches
+
+    t = get_template(template_id)
+    engine = engine_for(t.game)
+    state = engine.simulate_game(t, seed)
+    broken = engine.inject_violation(state, kind, random.Random(seed))
+    audit = engine.audit(broken)
+    rules = sorted({f.rule for f in audit.findings if f.severity.value != "note"})
+    marks = with_swatches(t, engine.state_to_marks(broken), np.random.default_rng(seed))
+    name = f"{template_id}-{preset}-break-{kind}-s{seed}"
+    sets = dict(sets)
+    while True:
+        photo = simulate_photo(t, marks, seed=seed, preset=preset, overrides=sets)
+        if len(photo.jpeg) <= MAX_BYTES:
+            break
+        sets["jpeg_quality"] = int(photo.truth["conditions"]["jpeg_quality"]) - 6
+    photo.truth["marks_source"] = "game+violation"
+    photo.truth["violation"] = {"kind": kind, "rules": rules}
+    (out / f"{name}.jpg").write_bytes(photo.jpeg)
+    (out / f"{name}.truth.json").write_text(truth_json(photo.truth), encoding="utf-8")
+    print(f"{name}.jpg: {kind} -> findings {rules}")
+    return out / f"{name}.jpg"
 
 
 def command(template, preset, seed, markers, sets, out) -> list[str]:
@@ -101,6 +148,9 @@ def main(argv=None) -> int:
             sets["jpeg_quality"] = int(truth["conditions"]["jpeg_quality"]) - 6
             print(f"  {jpg.name}: {jpg.stat().st_size} bytes > {MAX_BYTES}; again at "
                   f"jpeg_quality={sets['jpeg_quality']}")
+    if not args.dry_run:
+        for template, preset, seed, kind, sets in VIOLATION_SAMPLES:
+            make_violation_sample(template, preset, seed, kind, sets, out)
     return 0
 
 
