@@ -95,6 +95,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
     confident_errors: list[dict] = []
     flagged_errors = 0
     failed: list[dict] = []
+    misidentified: list[dict] = []
     sheets = []
     timings: dict[str, list[float]] = defaultdict(list)
     regions_flagged = 0
@@ -172,6 +173,11 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
                         "preset": preset, "markers": markers})
         sheet.update({"errors": wrong, "flagged": flagged, "located_by": reading.location.method,
                       "identified": identified})
+        if not identified:
+            misidentified.append({"photo": photo.name, "truth": truth.get("template"),
+                                  "read": reading.template.id,
+                                  "quality": round(float(reading.location.quality), 4),
+                                  "flagged": flagged})
         sheets.append(sheet)
         for st, v in reading.timings_ms.items():
             timings[st].append(float(v))
@@ -224,6 +230,9 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             if confident_errors else None),
         "highest_confidence_of_a_wrong_reading": round(max(conf_wrong), 4) if conf_wrong else None,
         "failed": failed,
+        "misidentified": misidentified,
+        "confident_errors_on_identified_sheets": sum(
+            1 for e in confident_errors if e["read"] != "(missing)"),
         "timings_ms_median": med,
         "sheets": sheets,
     }
@@ -267,13 +276,18 @@ def format_report(res: dict) -> str:
     out.append(f"wrong readings flagged          {res['errors_flagged']}")
     ce = res["confident_errors"]
     out.append(f"CONFIDENT ERRORS                {ce['count']}")
-    for e in ce["list"][:50]:
+    for e in [e for e in ce["list"] if e["read"] != "(missing)"][:50]:
         out.append(f"  {e['photo']}  {e['region']}: truth {e['truth']}, read {e['read']} "
                    f"(confidence {e['confidence']})")
     if ce["count"] > 50:
         out.append(f"  ... and {ce['count'] - 50} more (see --json)")
+    out.append(f"  of which on sheets whose template was identified: "
+               f"{res['confident_errors_on_identified_sheets']}")
     for f in res["failed"]:
         out.append(f"not read: {f['photo']}: {f['code']}: {f['message']}")
+    for m in res["misidentified"]:
+        out.append(f"wrong template: {m['photo']}: read as {m['read']} (truth {m['truth']}), "
+                   f"locate quality {m['quality']}, {m['flagged']} regions flagged")
     tm = res["timings_ms_median"]
     if tm:
         out.append("median timings ms: " + ", ".join(
