@@ -294,8 +294,9 @@ def base_verdict(audit: Audit) -> Verdict:
 
 
 def _finding_keys(a: Audit) -> frozenset:
-    return frozenset((f.rule, tuple(sorted(f.regions))) for f in a.findings
-                     if f.severity is not Severity.NOTE)
+    # the rules broken, not every region they cite: on a Reefs map a finding cites a whole route,
+    # and a doubtful connection that only moves the evidence is not worth a person's time
+    return frozenset(f.rule for f in a.findings if f.severity is not Severity.NOTE)
 
 
 def line_differences(rules: Breakdown, claimed: Breakdown) -> tuple[LineDifference, ...]:
@@ -381,7 +382,7 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
             ("total", a.rules.total != audit.rules.total),
             ("claimed", a.claimed.total != audit.claimed.total),
             ("verdict", base_verdict(a) is not verdict0),
-            # the explanation: a finding (or its evidence) that would come or go
+            # the explanation: a broken rule that would come or go
             ("findings", _finding_keys(a) != _finding_keys(audit))) if moved)
 
     uncertain: list[Uncertain] = []
