@@ -209,3 +209,43 @@ def test_correction_is_a_new_revision(reference, tmp_path):
         correct_result(out, "table1/player3.jpg", [f"{rid}=pink"])
     with pytest.raises(InputFileError, match="no checked result"):
         correct_result(out, "broken.jpg", [f"{rid}=empty"])
+
+
+def test_a_worker_killed_mid_batch_loses_nothing(reference, corpus, tmp_path):
+    """SIGKILL one worker process (as the OOM killer would): its photos are retried."""
+    import threading
+    psutil = pytest.importorskip("psutil")
+    _, ref_rows, _ = reference
+    src = tmp_path / "src"
+    src.mkdir()
+    names = ["table1/player1.jpg", "table1/player3.jpg", "table2/player0.jpg",
+             "table2/player4.jpg", "table1/player5.jpg"]
+    for n in names:
+        (src / n.replace("/", "_")).write_bytes((corpus / n).read_bytes())
+    out = tmp_path / "out"
+    killed = []
+
+    def killer():
+        me = psutil.Process()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            # the pool's workers are the grandchildren (children of the fork server)
+            workers = [p for c in me.children() for p in c.children()]
+            if workers and (out / DB_NAME).exists():
+                time.sleep(0.3)  # let a job start on it
+                os.kill(workers[0].pid, signal.SIGKILL)
+                killed.append(workers[0].pid)
+            time.sleep(0.05)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    s = run_batch(src, out, workers=2, show_progress=False)
+    th.join()
+    assert killed, "no worker was killed"
+    assert s.processed == 5 and s.errors == 0
+    with Store.in_folder(out) as st:
+        rows = st.rows(latest=False)
+    want = {sha: v[1:] for sha, v in _key(ref_rows).items()}
+    assert {r["sha256"]: _key([r])[r["sha256"]][1:] for r in rows} == {
+        sha: want[sha] for sha in {r["sha256"] for r in rows}}
+    assert len(rows) == 5
