@@ -44,14 +44,18 @@ def _warm_worker() -> None:
         cv2.setNumThreads(1)  # one photo per core: the workers are the parallelism
     except Exception:  # pragma: no cover - cv2 is a dependency; a worker without it still runs
         pass
-    import sheetcheck.check  # noqa: F401
-    import sheetcheck.overlay  # noqa: F401
-    import vision.pipeline  # noqa: F401
-    from calibration.template import all_templates
-    from scoring.registry import ENGINES, engine_for
-    all_templates()
-    for game in ENGINES:
-        engine_for(game)
+    try:
+        import sheetcheck.check  # noqa: F401
+        import sheetcheck.overlay  # noqa: F401
+        import vision.pipeline  # noqa: F401
+        from calibration.template import all_templates
+        from scoring.registry import ENGINES, engine_for
+        all_templates()
+        for game in ENGINES:
+            engine_for(game)
+    except Exception:  # noqa: BLE001
+        # a failing initializer breaks the whole pool: let each job record the real error
+        pass
 
 
 def thumbnail_jpeg(data: bytes, *, size: int = THUMB_PX) -> bytes | None:
