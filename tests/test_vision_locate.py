@@ -170,3 +170,53 @@ def test_bad_array():
         locate_sheet(np.zeros((100, 100, 3), np.float32), templates=TEMPLATES)
     with pytest.raises(NoSheetFoundError, match="only 20 x 10 px"):
         locate_sheet(np.zeros((10, 20, 3), np.uint8), templates=TEMPLATES)
+
+
+# --- the bundled sheets, photographed by the simulator ---------------------------------------
+
+def _bundled():
+    from calibration.template import template_ids
+    ids = template_ids()
+    if len(ids) < 6:
+        pytest.skip("bundled templates not installed")
+    return ids
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_each_bundled_sheet_is_identified_without_markers(index):
+    from calibration.template import get_template
+    from sheetcheck.simulator import random_marks, simulate_photo
+
+    tid = _bundled()[index]
+    t = get_template(tid)
+    sp = simulate_photo(t, random_marks(t, np.random.default_rng(index)), seed=100 + index,
+                        preset="easy", markers=False, overrides={"output_long_side": 1024})
+    d = decode_photo(sp.jpeg)
+    loc = locate_sheet(d.image)
+    assert loc.template.id == tid, loc.details.get("identification")
+    assert loc.markers_found == () and not loc.details["ambiguous"]
+    ids = list(sp.truth["region_centres_px"])
+    true_px = np.array([sp.truth["region_centres_px"][i] for i in ids]) * d.scale
+    est = project(loc.homography, np.array([t.region(i).shape.centre() for i in ids]))
+    # a global homography of a photo with lens distortion (and maybe a curl): a few px
+    assert np.median(np.linalg.norm(est - true_px, axis=1)) < 4.0
+
+
+@pytest.mark.parametrize("rotation", [0, 180])
+def test_bundled_sheet_with_markers_homography_matches_the_truth(rotation):
+    from calibration.template import get_template
+    from sheetcheck.simulator import random_marks, simulate_photo
+
+    tid = _bundled()[1]
+    t = get_template(tid)
+    sp = simulate_photo(t, random_marks(t, np.random.default_rng(1)), seed=7, preset="typical",
+                        overrides={"output_long_side": 1600, "rotation_deg": rotation, "k1": 0.0,
+                                   "k2": 0.0, "curl_type": "none"})
+    assert sp.truth["homography_exact"]
+    d = decode_photo(sp.jpeg, max_long_side=1200)  # reduced: the homography is in decoded px
+    loc = locate_sheet(d.image)
+    assert loc.template.id == tid and loc.method == "markers" and len(loc.markers_found) >= 3
+    pts = np.array([r.shape.centre() for r in t.readable_regions()])
+    truth = project(np.array(sp.truth["homography"]), pts) * d.scale
+    err = np.linalg.norm(project(loc.homography, pts) - truth, axis=1)
+    assert err.max() < 1.5, err.max()
