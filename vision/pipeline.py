@@ -193,6 +193,10 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     timings["rectify"] = (t3 - t2) * 1000
     template = location.template
     model = sheet_model(template, dpi=dpi)
+    t3m = time.perf_counter()
+    # building a template's model happens once per process (then cached): timed apart
+    timings["model"] = (t3m - t3) * 1000
+    t3 = t3m
     valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
     light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
     t4 = time.perf_counter()

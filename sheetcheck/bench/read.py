@@ -57,8 +57,13 @@ def bench(photos: list[tuple[str, bytes]]) -> dict:
 
     from vision.pipeline import read_photo
 
+    from calibration.template import all_templates
+    from vision.pipeline import sheet_model
+
     cv2.setNumThreads(1)
     # warm-up: template models, renders and imports are paid once per process, not per photo
+    for t in all_templates():
+        sheet_model(t)
     read_photo(photos[0][1])
     decode, read, stages, per = [], [], {}, []
     peak_tm = 0
