@@ -402,7 +402,7 @@ def _hatch_lines(poly: np.ndarray, angle: float, spacing: float, *, extend: floa
     return chords
 
 
-def _fill_paths(poly: np.ndarray, style: str, *, hand: dict, s: float, rng, kind: str,
+def _fill_paths(poly: np.ndarray, style: str, *, hand: dict, s: float, rng,
                 medium_streak: float) -> list[_Stroke]:
     """Strokes that fill ``poly`` (px) in ``style``."""
     tip = max(1.0, hand["tip_mm"] * s * rng.uniform(0.85, 1.15))
@@ -410,7 +410,6 @@ def _fill_paths(poly: np.ndarray, style: str, *, hand: dict, s: float, rng, kind
     ang = math.radians(hand["angle_deg"] + rng.normal(0, 10))
     over = max(0.0, hand["overshoot_mm"] + rng.normal(0, 0.3)) * s
     trem = hand["tremor_mm"] * s
-    c = poly.mean(0)
     size = float(np.max(poly.max(0) - poly.min(0)))
     out: list[_Stroke] = []
 
@@ -545,8 +544,9 @@ def _line_paths(region, *, hand: dict, s: float, rng, medium_streak: float) -> l
     d = b - a
     ln = float(np.hypot(*d)) or 1.0
     u, nrm = d / ln, np.array([-d[1], d[0]]) / ln
-    tip = max(1.0, hand["tip_mm"] * s * rng.uniform(1.0, 1.4))
-    base = min(1.0, hand["pressure"] * rng.uniform(1.0, 1.2))
+    # a line that joins two spaces is drawn with intent: firm, and wider than a hatching stroke
+    tip = max(1.0, max(0.6, hand["tip_mm"]) * s * rng.uniform(1.0, 1.4))
+    base = min(1.0, max(0.7, hand["pressure"]) * rng.uniform(1.0, 1.2))
     off = rng.normal(0, 0.1) * p["width"] * s
     kind = str(rng.choice(["firm", "twice", "sketchy", "wavy"], p=[0.4, 0.25, 0.2, 0.15]))
     ext = lambda: rng.uniform(0.0, 0.25) * ln  # noqa: E731 - lines run on into the circles a bit
@@ -585,10 +585,10 @@ def _cross_paths(region, style: str, *, hand: dict, s: float, rng) -> list[_Stro
     reach = rng.uniform(0.8, 1.05)
     if style == "scribble_out":
         w = max(1.0, rng.uniform(0.4, 0.6) * s)
-        poly = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]]) if region.shape.type == "segment" \
-            else region.shape.polygon(segments=32) * s
         if region.shape.type == "segment":
             poly = np.array([c + [-hw, -hh], c + [hw, -hh], c + [hw, hh], c + [-hw, hh]])
+        else:
+            poly = region.shape.polygon(segments=32) * s
         chords = _hatch_lines(poly, math.radians(rng.uniform(60, 80) * rng.choice([-1, 1])), w * 1.1,
                               extend=0.3 * s)
         path = []
@@ -650,7 +650,9 @@ def _digit_paths(region, text: str, *, hand: dict, s: float, rng) -> list[_Strok
     lean = rng.normal(0.18, 0.1)
     x = (x0 + x1) / 2 - total / 2 + rng.normal(0, 0.05) * (x1 - x0)
     ybase = (y0 + y1) / 2 - h / 2 + rng.normal(0, 0.05) * (y1 - y0)
-    w = max(1.0, rng.uniform(0.3, 0.5) * s)
+    # numbers are written to be read: a firm line, whatever the hand's colouring pressure
+    w = max(1.0, rng.uniform(0.4, 0.6) * s)
+    press = min(1.0, max(0.8, hand["pressure"] * 1.2))
     out = []
     for ch in text:
         sc = rng.uniform(0.9, 1.1)
@@ -660,7 +662,7 @@ def _digit_paths(region, text: str, *, hand: dict, s: float, rng) -> list[_Strok
             px = x + q[:, 0] * cw * sc + (1.5 - q[:, 1]) * lean * h / 1.5
             py = ybase + dy + q[:, 1] * h / 1.5 * sc
             path = _jitter_path(_densify(np.stack([px, py], 1), w), tremor_px=0.05 * s, rng=rng)
-            out.append(_Stroke(path, _pressure(len(path), min(1.0, hand["pressure"] * 1.1), rng, streak=0.1), w))
+            out.append(_Stroke(path, _pressure(len(path), press, rng, streak=0.1), w))
         x += cw + gap
     return out
 
@@ -841,7 +843,7 @@ def paint_heldout(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, 
             elif ww == "colour":
                 colour = plin[str(rng.choice(COLOURS))]
             else:
-                colour, pset = plin["graphite"], graphite_set
+                colour, pset = plin["graphite"], {**graphite_set, "softness": 0.85}
             grow = 0.8
         elif region.shape.type == "segment":
             strokes = _line_paths(region, hand=hand, s=s, rng=rng, medium_streak=streak)
@@ -856,12 +858,13 @@ def paint_heldout(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, 
                 style = "two_pass"
             if region.kind == "swatch" and style in ("outline", "stipple", "diagonal_half"):
                 style = "burnish"  # a calibration swatch is coloured in properly
-            if style == "outline" and region.print.get("outline") not in (None, "black"):
-                # a pencil outline round a symbol printed with a colour outline would look like
-                # the print itself: no person could tell it was marked
+            if style == "outline" and region.kind not in ("box", "star"):
+                # both games print symbols and spaces with coloured outlines: a pencil band
+                # round one would look like the print itself, and no person could tell it was
+                # marked; boxes and stars are printed in black only
                 style = "two_pass"
             strokes = _fill_paths(region.shape.polygon(segments=48) * s, style, hand=hand, s=s, rng=rng,
-                                  kind=region.kind, medium_streak=streak)
+                                  medium_streak=streak)
             colour = plin[mark]
             grow = {"outside": 2.2, "tick": 1.6, "diagonal_half": 1.0}.get(style, 0.35 + max(0.0, hand["overshoot_mm"]))
             grow = min(grow, 2.2)
