@@ -41,7 +41,9 @@ def expected_from_truth(truth: dict, photo_name: str) -> dict:
         "template": doc["template"],
         "verdict": doc["verdict"],
         "total": doc["total"],
-        "findings": sorted({f["rule"] for f in doc["findings"]}),
+        # broken rules (violations and claims); notes change nothing and are listed apart
+        "findings": sorted({f["rule"] for f in doc["findings"] if f["severity"] != "note"}),
+        "notes": sorted({f["rule"] for f in doc["findings"] if f["severity"] == "note"}),
         "differences": doc["differences"],
         # one readable line each, to review by hand against the photo and the rulebook
         "breakdown_rules": [f'{l["section"]}: {l["label"]} = {l["points"]}'

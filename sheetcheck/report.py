@@ -37,6 +37,9 @@ FORMAT = "sheetcheck.report/1"
 MIN_ALTERNATIVE_PROBABILITY = 0.02
 #: At most this many alternatives per uncertain region are re-scored.
 MAX_ALTERNATIVES = 4
+#: Below this confidence the reader is not even sure of its own best reading, so its
+#: probabilities for the others are no guide either: every mark the region allows is tried.
+LOW_CONFIDENCE = 0.5
 #: At most this many groups of regions that matter only together are looked for.
 MAX_JOINT_ROUNDS = 5
 
@@ -317,13 +320,16 @@ def plausible_alternatives(region_mark: str, read: RegionRead,
     """The alternatives worth re-scoring for one uncertain region.
 
     The reader's alternatives with probability >= MIN_ALTERNATIVE_PROBABILITY, and always the
-    best one (so the top-2 readings are compared). When the reader gives none, every mark the
-    region allows is tried: an uncertain region without alternatives must not pass unchecked.
+    best one (so the top-2 readings are compared), at most MAX_ALTERNATIVES. When the reader
+    gives none, or its confidence is below LOW_CONFIDENCE, every mark the region allows is
+    tried: such a region must not pass unchecked.
     """
     alts = [(m, float(p)) for m, p in read.alternatives if m != region_mark and m in allowed]
     alts.sort(key=lambda mp: -mp[1])
-    if not alts:
-        return [(m, None) for m in allowed if m != region_mark]
+    if not alts or read.confidence < LOW_CONFIDENCE:
+        given = dict(alts)
+        return sorted(((m, given.get(m)) for m in allowed if m != region_mark),
+                      key=lambda mp: -(mp[1] or 0.0))
     keep = [alts[0]] + [a for a in alts[1:] if a[1] >= MIN_ALTERNATIVE_PROBABILITY]
     return keep[:MAX_ALTERNATIVES]
 

@@ -233,3 +233,15 @@ def test_report_json_round_trips_the_readings():
     back = reads_from_json(doc)
     assert back[box] == reads[box] and {k: v.mark for k, v in back.items()} == marks
     assert build_report(t, back).to_json()["review"] == doc["review"]
+
+
+def test_low_confidence_tries_every_allowed_mark():
+    """A reader unsure of its own best reading gives no guide to the others: try them all."""
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    sure = RegionRead(marks[box], 0.7, True, (("crossed", 0.29), ("empty", 0.01)))
+    unsure = RegionRead(marks[box], 0.05, True, (("crossed", 0.29), ("empty", 0.01)))
+    tried = lambda rr: {a.mark for a in build_report(t, {**_reads(marks), box: rr}).uncertain[0].alternatives}
+    assert tried(sure) == {"crossed"}                      # the best alternative; 'empty' < 2 %
+    assert tried(unsure) == set(t.region(box).marks) - {marks[box]}
