@@ -34,6 +34,13 @@ def expected_from_truth(truth: dict, photo_name: str) -> dict:
     marks = {r.id: truth["marks"].get(r.id, "empty") for r in t.readable_regions()}
     rep = build_report(t, {rid: RegionRead(m) for rid, m in marks.items()})
     doc = rep.to_json()
+    # cross-check with what the simulator says it made: a legal game, or one labelled rule break
+    broken = sorted({f["rule"] for f in doc["findings"] if f["severity"] != "note"})
+    labelled = sorted((truth.get("violation") or {}).get("rules", []))
+    if broken != labelled:
+        raise SystemExit(f"{photo_name}: the rules engine finds {broken or 'no broken rule'} but "
+                         f"the truth is labelled {labelled or 'a legal game'}: look before "
+                         "writing an expected report")
     return {
         "format": EXPECTED_FORMAT,
         "photo": photo_name,
