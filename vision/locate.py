@@ -1088,14 +1088,16 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     for dictionary in sorted({t.aruco_dictionary for t in cands}):
         found.update(detect_markers(grey, dictionary=dictionary))
     relaxed_only = False
-    if not found:
-        # Nothing with the strict detector: a blurred or small photo. The relaxed one also
-        # "finds" markers in artwork, so keep only two or more markers of one template whose
-        # spacing agrees with the template; the print must line up afterwards as well.
-        found = _relaxed_markers(grey, cands)
-        relaxed_only = bool(found)
-        if relaxed_only:
-            details["markers_relaxed"] = sorted(found)
+    if len(found) < 2:
+        # At most one marker with the strict detector: a blurred or small photo. The relaxed one
+        # also "finds" markers in artwork, so keep only two or more markers of one template
+        # whose spacing agrees with the template; the print must line up afterwards as well.
+        rel = _relaxed_markers(grey, cands)
+        if len(rel) >= 2 and (not found or set(found) <= set(rel)):
+            relaxed_only = True
+            details["markers_relaxed"] = sorted(set(rel) - set(found))
+            rel.update(found)  # strict corners where we have them
+            found = rel
     res = _locate_by_markers(grey, found, cands, template_id, a) if found else None
     markers_printed = None
     if res is None and found and template_id is not None:
