@@ -207,6 +207,8 @@ def _panel(report: Report, *, height: int, k: float) -> Image.Image:
                              for x in u.alternatives if x.changes)
             if u.together and not alts:
                 alts = "matters together with the other R regions"
+            if u.evidence_for and not alts:
+                alts = f"unreadable, yet evidence for {', '.join(u.evidence_for)}"
             rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({u.confidence:.0%}); {alts}",
                          REVIEW_RGB))
     if report.corrections:

@@ -109,14 +109,19 @@ class Uncertain:
     #: what this region's best alternative changes together with the other uncertain regions'
     #: (set when no region matters alone but the uncertain regions together do)
     together: tuple[str, ...] = ()
+    #: broken rules whose findings cite this region while the reader could not read it
+    #: (confidence below LOW_CONFIDENCE): a verdict must not rest on such evidence
+    evidence_for: tuple[str, ...] = ()
 
     @property
     def matters(self) -> bool:
-        return bool(self.together) or any(a.changes for a in self.alternatives)
+        return (bool(self.together) or bool(self.evidence_for)
+                or any(a.changes for a in self.alternatives))
 
     def to_json(self) -> dict:
         return {"region": self.region, "read": self.read, "confidence": self.confidence,
                 "matters": self.matters, "together": list(self.together),
+                "evidence_for": list(self.evidence_for),
                 "alternatives": [a.to_json() for a in self.alternatives]}
 
 
@@ -406,7 +411,11 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
                 continue
             alts.append(Alternative(mark, p, a.rules.total, a.claimed.total, base_verdict(a),
                                     changes_of(a)))
-        uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts)))
+        evidence = (tuple(sorted({f.rule for f in audit.findings
+                                  if f.severity is not Severity.NOTE and rid in f.regions}))
+                    if r.confidence < LOW_CONFIDENCE else ())
+        uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts),
+                                   evidence_for=evidence))
 
     # Regions that do not matter one at a time can matter together (two cells each harmless
     # alone that together make or break a pair). Re-score the quiet regions together at their
@@ -483,6 +492,8 @@ def format_text(report: Report) -> str:
                              for a in u.alternatives if a.changes)
             if u.together and not alts:
                 alts = f"together with the other regions listed it changes {', '.join(u.together)}"
+            if u.evidence_for and not alts:
+                alts = f"could not be read, yet it is evidence for {', '.join(u.evidence_for)}"
             out.append(f"  {u.region}: read {u.read} ({u.confidence:.0%}); {alts}")
     if report.did_not_matter:
         out.append("")

@@ -245,3 +245,26 @@ def test_low_confidence_tries_every_allowed_mark():
     tried = lambda rr: {a.mark for a in build_report(t, {**_reads(marks), box: rr}).uncertain[0].alternatives}
     assert tried(sure) == {"crossed"}                      # the best alternative; 'empty' < 2 %
     assert tried(unsure) == set(t.region(box).marks) - {marks[box]}
+
+
+def test_unreadable_evidence_blocks_a_false_discrepancy():
+    """Five connections of a legal Reefs route misread as a hard photo's reader did (each with
+    confidence ~0): no single re-read repairs the route, so only the rule that a verdict must not
+    rest on unreadable evidence keeps the sheet from a false DISCREPANCY."""
+    from pathlib import Path
+    exp = json.loads((Path(__file__).resolve().parents[1] / "sample_photos"
+                      / "reefs-3-hard-s13.expected.json").read_text())
+    t = get_template("reefs-3")
+    truth = exp["marks"]
+    misread = {"conn.r3c2-r3c3": "empty", "conn.r3c4-r3c5": "empty", "conn.r4c6-r4c7": "purple",
+               "conn.r4c7-r5c7": "empty", "conn.r6c6-r7c6": "empty"}
+    assert all(truth[k] != v for k, v in misread.items())
+    reads = {rid: RegionRead(m) for rid, m in truth.items()}
+    reads.update({rid: RegionRead(m, 0.01, True, ()) for rid, m in misread.items()})
+    r = build_report(t, reads)
+    assert r.verdict is Verdict.NEEDS_REVIEW
+    # no single re-read (every allowed mark was tried) moves anything: the evidence rule does
+    assert not any(a.changes for u in r.uncertain for a in u.alternatives)
+    assert [u.evidence_for for u in r.review] == [("reefs.one_route",)]
+    fixed = build_report(t, reads, fixes={k: truth[k] for k in misread})
+    assert fixed.verdict is Verdict.OK and fixed.rules_total == exp["total"]["rules"]
