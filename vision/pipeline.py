@@ -234,9 +234,9 @@ def photo_confidence(location, rect) -> tuple[float, dict]:
     """How far any reading of this photo can be trusted, from the geometry alone.
 
     * registration: the median misalignment of the printed lines after local refinement
-      (px at the read dpi). At 100 dpi, 0.5 px is 0.13 mm: beyond ~0.8 px (0.2 mm, a
+      (px at the read dpi). At 100 dpi, 0.5 px is 0.13 mm: beyond ~0.7 px (0.18 mm, a
       quarter of the erosion margin) region outlines and print bleed into the sampled pixels;
-    * resolution: photo pixels per rectified pixel. Below ~0.55 the sheet was upsampled from a
+    * resolution: photo pixels per rectified pixel. Below ~0.5 the sheet was upsampled from a
       small or distant photo and pencil texture is lost;
     * the locator's own quality.
 
@@ -246,9 +246,12 @@ def photo_confidence(location, rect) -> tuple[float, dict]:
     res = ref.get("residual_px_after", ref.get("residual_px_before"))
     pxr = ref.get("photo_px_per_frame_px")
     parts = {}
-    parts["registration"] = _sig((0.85 - float(res)) / 0.06) if res is not None and np.isfinite(res) else 0.95
-    parts["resolution"] = _sig((float(pxr) - 0.5) / 0.04) if pxr is not None else 1.0
-    parts["locate"] = _sig((float(location.quality) - 0.45) / 0.05)
+    # Each part is ~1 while the geometry is sound and falls through the review threshold
+    # only past its limit: the cap is a gate for bad photos, not a tax on good ones.
+    parts["registration"] = _sig((0.8 - float(res)) / 0.04) if res is not None and np.isfinite(res) else 0.95
+    parts["resolution"] = _sig((float(pxr) - 0.48) / 0.015) if pxr is not None else 1.0
+    # (the locator gives quality <= 0.3 to an identification it is unsure of)
+    parts["locate"] = _sig((float(location.quality) - 0.35) / 0.03)
     return float(min(parts.values())), {k: round(v, 4) for k, v in parts.items()}
 
 
