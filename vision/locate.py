@@ -1,20 +1,30 @@
 """Locate and identify the score sheet in a photo: template + homography (template mm -> px).
 
-Two ways, tried in this order:
+Routes, tried in this order:
 
 1. **Markers.** The four ArUco markers (DICT_4X4_50) in the page corners name the template
-   (template *k* uses ids 4k..4k+3) and give 4 corners each. Any two markers give eight
-   well-spread correspondences; three or four over-determine the homography and give a residual.
-   A single marker gives four close corners only, so the page outline is added.
-2. **Page + features** (a sheet printed without markers, or markers covered): find the page as the
-   largest bright quadrilateral, warp it to the page frame of every candidate template in each of
-   the four orientations, keep the candidates whose print correlates best with the template's own
-   rendering, register each with ORB features and a MAGSAC homography, then refine with ECC on
-   ink images. The best correlation identifies the template; close runners-up are reported.
+   (template *k* uses ids 4k..4k+3) and give 4 corners each, refined to sub-pixel by fitting
+   lines to the marker's outer edges. A strict detector runs first; a relaxed one (full error
+   correction, plus a sharpened copy) looks for the missing markers only where the found ones
+   predict them, or, when the strict one finds at most one, is kept only for two or more
+   markers spaced as on the template. A marker that disagrees with the others by more than its
+   own size is dropped. With fewer than three markers the page outline and a registration on
+   the print are added; if the print does not line up with the named template at all, the
+   markers are ignored (misread, or lying on the table) and the next route runs.
+2. **Page + features** (a sheet printed without markers, or markers covered): find the page as
+   the brightest, least coloured convex quadrilateral, warp it to the page frame of every
+   candidate template in each of the four orientations, register the best few with ORB + MAGSAC
+   and polish the winner with ECC. When no page outline is found or it lines up poorly (a page
+   against a white sleeve or bowl), the whole photo is matched against each rendering instead.
+   Among a game's levels, the one whose *print* (achromatic ink, pencil discounted) matches
+   where the levels differ wins; a small margin is reported as ``details["ambiguous"]`` and
+   caps ``quality`` at 0.3, so that every reading gets reviewed.
 
 After locating: a sheet whose readable area leaves the photo raises :class:`SheetCutOffError`;
-a photo too blurred to read raises :class:`BlurryPhotoError` (the blur of the print on the page
-in mm, estimated against the clean rendering, so it does not depend on the photo's size).
+a photo too blurred to read raises :class:`BlurryPhotoError` (the blur of the print on the
+page in mm, estimated against the clean rendering, so it does not depend on the photo's size).
+``details`` always carries ``registration`` (how well the print lines up, 0..1) and
+``blur_mm``. See docs/BAD_INPUT.md.
 
 Homographies map template mm to decoded-image px in the project convention (pixel (i, j) has its
 centre at (x=j+0.5, y=i+0.5)).

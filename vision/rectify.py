@@ -1,12 +1,23 @@
 """Rectify the located sheet to the template frame, then correct it locally.
 
-The global homography assumes a flat page. A curled or folded page, or lens distortion, leaves
-parts of the sheet a few px away from where the homography puts them. The local refinement
-measures that displacement on a grid of tiles by phase correlation between the rectified photo's
-printed ink and the clean rendering's, rejects unreliable tiles (little print, print in one
-direction only, weak correlation peak, disagreement with the neighbours), interpolates a smooth
-displacement field and resamples with ``cv2.remap``. A second, coarser measurement on the
-corrected image reports how well the printed lines line up after the correction.
+The global homography assumes a flat page and a perfect lens. A curled or folded page, or lens
+distortion, leaves parts of the sheet millimetres away from where the homography puts them. The
+local refinement measures that displacement on a grid of tiles by phase correlation between the
+rectified photo's printed ink and the clean rendering's, rejects unreliable tiles (little print,
+print in one direction only, weak correlation peak, disagreement with the neighbours), fits a
+smooth displacement field by normalised convolution, and resamples the photo once through the
+composed map (homography + field) with ``cv2.remap``.
+
+Two passes: a coarse one (half resolution, 1.5x larger tiles) catches displacements of several
+mm; a fine one on the coarsely corrected image catches the rest. Both measure at the photo's own
+resolution (at most 60 dpi): upsampling a small, blurred photo adds noise, not information.
+A last measurement through the final map reports how well the printed lines line up
+(``refinement["residual_px_after"]``, px at the output dpi); when the correction does not beat
+the plain homography, the plain warp is kept.
+
+Measured on simulated photos (108 photos, 6 sheets x 3 presets x markers/no markers; region
+centres against the simulator's truth, px at 100 dpi, median of per-photo medians): easy
+0.7-1.0 -> 0.3, typical 1.0-1.9 -> 0.4, hard 2.4-2.6 -> 0.6.
 
 Frame: output pixel (i, j) has its centre at (x, y) = ((j + 0.5), (i + 0.5)) px with
 ``px = mm * dpi / 25.4``: the frame of ``calibration.render.render_sheet(template, dpi=dpi)``.
@@ -19,7 +30,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map, ink_map,
+from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
                                  project, reference_render)
 from vision.locate import SheetLocation
 
@@ -208,6 +219,9 @@ def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     return cv2.max(1.0 - r, 0.0)
 
 
+#: Measure alignment on achromatic ink (colour, see ``achromatic_ink``) rather than grey.
+#: Off: on simulated hard photos it was no better (0.7-1.2 vs 0.5-0.8 px median offsets) and
+#: costs three channels.
 ACHROMATIC = False
 
 
