@@ -383,7 +383,8 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     # Measure at the photo's own resolution at most: upsampling a small, blurred photo to
     # ``dpi`` adds no information, only noise to the correlation. Tiles hold >= 48 px.
     # Above 60 dpi the sub-pixel phase correlation (~0.1 px) is already finer than needed.
-    dpi_f = float(np.clip(dpi * ratio, 30.0, min(dpi, MEASURE_DPI_MAX)))
+    # Quantised to steps of 5 dpi so that the reference tiles (rendered per dpi) are reused.
+    dpi_f = float(np.clip(np.round(dpi * ratio / 5) * 5, 30.0, min(dpi, MEASURE_DPI_MAX)))
     kf = dpi_f / MM_PER_INCH
     tile_mm = max(TILE_MM, 48 / kf)
     fine_tile = int(round(tile_mm * kf / 2)) * 2
