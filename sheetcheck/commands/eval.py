@@ -139,11 +139,14 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
         identified = reading.template.id == truth.get("template")
         ct = (truth.get("conditions") or {}).get("colour_temp_k")
         warm = isinstance(ct, (int, float)) and ct < 4000
+        # A sheet read as the wrong template has no reading of these regions; it counts as
+        # flagged only if the reader flagged every region of what it read (it said: look).
+        all_flagged = bool(reading.readings) and all(x.review for x in reading.readings.values())
         for rid, t in marks.items():
             r = reading.readings.get(rid) if identified else None
             kind = reading.template.region(rid).kind if r is not None else "?"
             got = r.mark if r is not None else "(missing)"
-            review = r.review if r is not None else False
+            review = r.review if r is not None else all_flagged
             ok = got == t
             for acc in (overall, by_kind[kind], by_preset[preset], by_markers[markers],
                         by_template[str(truth.get("template"))]):
