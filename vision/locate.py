@@ -135,8 +135,18 @@ def _page_corners(t: Template) -> np.ndarray:
     return np.array([[0, 0], [t.width_mm, 0], [t.width_mm, t.height_mm], [0, t.height_mm]], float)
 
 
+_content_boxes: dict = {}
+
+
 def _content_box_mm(t: Template) -> np.ndarray:
     """Corners of the box holding every readable region and marker (what must be in view)."""
+    key = (t.id, t.version, t.source)
+    if key not in _content_boxes:
+        _content_boxes[key] = _content_box_uncached(t)
+    return _content_boxes[key]
+
+
+def _content_box_uncached(t: Template) -> np.ndarray:
     xs, ys = [], []
     for r in t.regions:
         if r.readable:
