@@ -687,9 +687,10 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 # ... and a fill covers the sectors between the diagonals, not only the arms
                 dense *= float(_sigmoid((off - 0.3) / 0.05))
             incoherent = float(_sigmoid((0.4 - float(f.coherence[i])) / 0.06))
-            # (one pencil: strokes of several colours are overshoots from neighbours, not a
-            # crossing-out)
+            # (one pencil: strokes of several colours are overshoots from neighbours or print
+            # fringe, not a crossing-out; this holds for the X and slash patterns too)
             one_pencil = float(_sigmoid((float(f.purity[i]) - 0.8) / 0.05))
+            lx, ls = lx * one_pencil, ls * one_pencil
             lx = max(lx, ls, (1.0 - dense) * incoherent * one_pencil
                      * float(_sigmoid((cover - 0.15) / 0.03)))
             if not f.x_ok[i]:
