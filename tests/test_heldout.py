@@ -272,3 +272,15 @@ def test_make_corpus_rejects_a_bad_set_with_a_message(tmp_path, capsys):
     assert mc.main(["--out", str(tmp_path / "c"), "--count", "1", "--set", "colour_temp_k=hot"]) == 2
     assert "colour_temp_k" in capsys.readouterr().err
     assert not list((tmp_path / "c").glob("*.jpg"))
+
+
+def test_simulate_command_takes_the_painter(tmp_path):
+    import json
+
+    from sheetcheck.cli import main
+
+    rc = main(["simulate", "crypts-1", "--random", "--seed", "2", "--preset", "easy",
+               "--painter", "heldout", "--set", "output_long_side=640", "--out", str(tmp_path)])
+    assert rc == 0
+    truth = json.loads(next(tmp_path.glob("*.truth.json")).read_text())
+    assert truth["conditions"]["painter"] == "heldout"

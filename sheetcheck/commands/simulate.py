@@ -83,7 +83,8 @@ def run(args) -> int:
                                  fill=float(np.random.default_rng([seed, 8]).uniform(0.3, 0.8)))
         t0 = time.perf_counter()
         photo = simulate_photo(template, marks, seed=seed, preset=args.preset,
-                               markers=not args.no_markers, overrides=overrides)
+                               markers=not args.no_markers, overrides=overrides,
+                               painter=getattr(args, "painter", "default"))
         took = time.perf_counter() - t0
         photo.truth["marks_source"] = "file" if fixed is not None else ("game" if args.game else "random")
         stem = f"{template.id}-{args.preset}-s{seed}"
