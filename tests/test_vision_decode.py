@@ -110,6 +110,32 @@ def test_jpeg_is_decoded_reduced_with_dct_scaling_and_scale_recorded():
     assert full.image.shape[:2] == (2400, 3200) and full.scale == 1.0
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_fast_reduced_jpeg_path_gives_pillows_pixels(orientation, monkeypatch):
+    # The reduced JPEG decode goes through OpenCV's libjpeg (faster); it must give exactly the
+    # pixels, size, scale and orientation of Pillow's DCT-scaled decode.
+    import vision.decode as dec
+
+    rng = np.random.default_rng(orientation)
+    a = cv2_blur(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(a, "JPEG", quality=90, exif=exif.tobytes())
+    fast = decode_photo(data, max_long_side=150)
+    assert dec._jpeg_reduced_fast(data, Image.open(io.BytesIO(data)), "JPEG", orientation, 150) is not None
+    monkeypatch.setattr(dec, "_jpeg_reduced_fast", lambda *a, **k: None)
+    slow = decode_photo(data, max_long_side=150)
+    assert fast.image.shape == slow.image.shape and fast.scale == slow.scale
+    assert fast.original_size == slow.original_size
+    assert np.abs(fast.image.astype(int) - slow.image).max() <= 1
+
+
+def cv2_blur(a: np.ndarray) -> np.ndarray:
+    import cv2
+
+    return cv2.GaussianBlur(a, (0, 0), 3)
+
+
 def test_png_is_reduced_with_area_averaging():
     big = np.repeat(np.repeat(quadrants(96, 128), 10, 0), 10, 1)  # 960 x 1280
     d = decode_photo(encode(big, "PNG"), max_long_side=640)
