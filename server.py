@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import threading
@@ -119,7 +120,12 @@ class Runtime:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.store = AuditStore(settings.db)
-        self.pool = ProcessPoolExecutor(max_workers=settings.workers)
+        # forkserver, not fork: forking a process that already runs threads (the event loop's
+        # thread pool) can leave a child holding a lock forever; workers start from a clean
+        # single-threaded server process that has imported the heavy modules once.
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["sheetcheck.service", "vision.pipeline", "sheetcheck.check"])
+        self.pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=ctx)
         self.batches: dict[str, dict[str, Any]] = {}
         self.batch_lock = threading.Lock()
 
@@ -128,7 +134,7 @@ class Runtime:
         return await loop.run_in_executor(self.pool, fn, *args)
 
     def close(self):
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)  # workers exit with the server
 
 
 def get_runtime(request: Request) -> Runtime:
