@@ -309,15 +309,19 @@ def _jpeg_reduced_fast(data: bytes, im: Image.Image, fmt: str, orient: int,
     except ImportError:  # pragma: no cover - opencv is a declared dependency
         return None
     flags = getattr(cv2, _CV2_REDUCED[denom]) | cv2.IMREAD_IGNORE_ORIENTATION
+    rgb_out = hasattr(cv2, "IMREAD_COLOR_RGB")
+    if rgb_out:  # OpenCV >= 4.11: libjpeg writes RGB itself (saves a conversion pass)
+        flags = (flags & ~cv2.IMREAD_COLOR) | cv2.IMREAD_COLOR_RGB
     try:
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+        a = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error:
         return None
     want = (math.ceil(raw_h / denom), math.ceil(raw_w / denom))
-    if bgr is None or bgr.ndim != 3 or bgr.shape[:2] != want:
+    if a is None or a.ndim != 3 or a.shape[:2] != want:
         return None  # damaged data or an unexpected reduction: let Pillow decide
-    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-    return _orient(rgb, orient)
+    if not rgb_out:
+        a = cv2.cvtColor(a, cv2.COLOR_BGR2RGB)
+    return _orient(a, orient)
 
 
 def _orient(a: np.ndarray, orient: int) -> np.ndarray:
