@@ -147,3 +147,126 @@ def test_page_is_served(client):
     assert r.status_code == 200 and "sheetcheck" in r.text
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/a/0123456789abcdef").status_code == 200
+
+
+# ---- the photo routes, on real photos ------------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_photos"
+PAGE_SAMPLE = SAMPLES / "crypts-2-easy-s4.jpg"
+
+
+def test_check_then_audit_routes(client):
+    data = PAGE_SAMPLE.read_bytes()
+    resp = client.post("/api/check", files={"photo": (PAGE_SAMPLE.name, data, "image/jpeg")})
+    assert resp.status_code == 201, resp.text
+    audit = resp.json()
+    report = audit["report"]
+    assert report["format"] == "sheetcheck.report/1"
+    assert report["template"]["id"] == "crypts-2"
+    assert report["verdict"] in {"OK", "DISCREPANCY", "NEEDS REVIEW"}
+    assert audit["revision"] == 1 and audit["url"] == f"/a/{audit['id']}"
+    ov = report["overlay"]
+    assert ov["sheet_box"][2] <= ov["size"][0]
+
+    # stored before the answer: the same audit, the photo and the overlay come back
+    again = client.get(f"/api/audits/{audit['id']}").json()
+    assert again["report"]["total"] == report["total"]
+    assert client.get(audit["photo_url"]).content == data
+    png = client.get(audit["overlay_url"])
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+    # a correction is a new revision; revision 1 is untouched
+    cell = "cell.r1.c1"
+    before = report["readings"][cell]["mark"]
+    new_mark = "green" if before != "green" else "blue"
+    fixed = client.post(f"/api/audits/{audit['id']}/corrections",
+                        json={"corrections": {cell: new_mark}, "note": "looked at the sheet"})
+    assert fixed.status_code == 201, fixed.text
+    fixed = fixed.json()
+    assert fixed["revision"] == 2 and fixed["corrections"] == {cell: new_mark}
+    assert fixed["report"]["readings"][cell]["mark"] == new_mark
+    assert [c["region"] for c in fixed["report"]["corrections"]] == [cell]
+    first = client.get(f"/api/audits/{audit['id']}?revision=1").json()
+    assert first["report"]["readings"][cell]["mark"] == before
+    revs = client.get(f"/api/audits/{audit['id']}/revisions").json()
+    assert [r["revision"] for r in revs] == [1, 2]
+    assert_error(client.get(f"/api/audits/{audit['id']}?revision=7"), 400, "bad_request")
+
+    # a correction the template does not allow is refused, and stores nothing
+    bad = client.post(f"/api/audits/{audit['id']}/corrections",
+                      json={"corrections": {cell: "chartreuse"}})
+    assert_error(bad, 422, "invalid_state")
+    assert len(client.get(f"/api/audits/{audit['id']}/revisions").json()) == 2
+
+
+def test_check_with_corrections_at_upload(client):
+    data = PAGE_SAMPLE.read_bytes()
+    resp = client.post("/api/check", files={"photo": ("p.jpg", data, "image/jpeg")},
+                       data={"template": "crypts-2", "corrections": json.dumps({"cell.r1.c1": "purple"})})
+    assert resp.status_code == 201, resp.text
+    assert resp.json()["report"]["readings"]["cell.r1.c1"]["mark"] == "purple"
+
+
+def test_check_unknown_template(client):
+    resp = client.post("/api/check", files={"photo": ("p.jpg", PAGE_SAMPLE.read_bytes(), "image/jpeg")},
+                       data={"template": "crypts-9"})
+    assert_error(resp, 404, "unknown_template")
+
+
+def test_check_decompression_bomb(client):
+    # a tiny PNG whose header claims 30,000 x 30,000 pixels
+    import struct
+    import zlib
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"\0" * 1000)) + chunk(b"IEND", b""))
+    resp = client.post("/api/check", files={"photo": ("bomb.png", png, "image/png")})
+    assert_error(resp, 413, "image_too_large")
+
+
+def test_check_photo_without_a_sheet(client):
+    from PIL import Image
+    from skimage import data
+
+    buf = io.BytesIO()
+    Image.fromarray(data.coffee()).save(buf, "JPEG", quality=85)  # a real photo, no sheet in it
+    resp = client.post("/api/check", files={"photo": ("coffee.jpg", buf.getvalue(), "image/jpeg")})
+    assert_error(resp, 422, "no_sheet_found")
+
+
+def test_check_truncated_photo(client):
+    data = PAGE_SAMPLE.read_bytes()
+    resp = client.post("/api/check", files={"photo": ("cut.jpg", data[: len(data) // 2], "image/jpeg")})
+    assert_error(resp, 422, "corrupt_image")
+
+
+def test_batch_job_runs_to_a_report(client):
+    import time
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("table1/anna.jpg", PAGE_SAMPLE.read_bytes())
+        z.writestr("table1/notes.txt", b"not a photo")
+    resp = client.post("/api/batches", files={"archive": ("t.zip", buf.getvalue(), "application/zip")})
+    assert resp.status_code == 202, resp.text
+    job = resp.json()
+    deadline = time.monotonic() + 120
+    while job["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        job = client.get(job["url"]).json()
+    assert job["status"] == "done", job
+    page = client.get(job["report_url"])
+    assert page.status_code == 200 and "anna" in page.text
+    results = client.get(f"/api/batches/{job['id']}/report/results.json")
+    assert results.status_code == 200
+    # nothing outside the report folder is served
+    assert_error(client.get(f"/api/batches/{job['id']}/report/upload.zip"), 400, "input_file")
+    assert_error(client.get(f"/api/batches/{job['id']}/report/..%2Fupload.zip"), 404, "not_found")
+
+
+def test_unknown_route_is_a_json_error(client):
+    assert_error(client.get("/api/nothing-here"), 404, "not_found")
