@@ -278,34 +278,35 @@ def _refine_marker_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
     ts = np.linspace(0.2, 0.8, 13)
     half = 0.6 * cell
     offs = np.linspace(-half, half, 25)
+    # All four edges at once (one remap): edge i runs from corner i to corner i + 1, with its
+    # normal pointing out of the marker.
+    a_, b_ = c, np.roll(c, -1, 0)
+    dv = (b_ - a_) / np.maximum(np.linalg.norm(b_ - a_, axis=1), 1e-9)[:, None]
+    nv = np.stack([dv[:, 1], -dv[:, 0]], 1)
+    nv[np.sum(((a_ + b_) / 2 - centre) * nv, 1) < 0] *= -1
+    base = a_[:, None, :] + ts[None, :, None] * (b_ - a_)[:, None, :]          # (4, 13, 2)
+    sp = base[:, :, None, :] + offs[None, None, :, None] * nv[:, None, None, :]  # (4, 13, 25, 2)
+    prof = cv2.remap(grey, sp[..., 0].reshape(-1, 25).astype(np.float32),
+                     sp[..., 1].reshape(-1, 25).astype(np.float32), cv2.INTER_LINEAR,
+                     borderMode=cv2.BORDER_REPLICATE).astype(np.float64).reshape(4, 13, 25)
+    inner = prof[..., :5].mean(-1)
+    outer = prof[..., -5:].mean(-1)
+    lvl = (inner + outer) / 2
+    above = prof >= lvl[..., None]
+    k = above.argmax(-1)
+    # enough contrast for a reliable crossing, and a crossing inside the profile
+    good = (outer - inner > 20) & above.any(-1) & (k > 0)
+    km = np.maximum(k - 1, 0)
+    p0 = np.take_along_axis(prof, km[..., None], -1)[..., 0]
+    p1 = np.take_along_axis(prof, k[..., None], -1)[..., 0]
+    frac = (lvl - p0) / np.maximum(p1 - p0, 1e-9)
+    off = offs[km] + frac * (offs[k] - offs[km])
+    crossings = base + off[..., None] * nv[:, None, :]
     lines = []
     for i in range(4):
-        a, b = c[i], c[(i + 1) % 4]
-        d = (b - a) / max(np.linalg.norm(b - a), 1e-9)
-        n = np.array([d[1], -d[0]])
-        if np.dot((a + b) / 2 - centre, n) < 0:
-            n = -n
-        base = a[None, :] + ts[:, None] * (b - a)[None, :]
-        sp = base[:, None, :] + offs[None, :, None] * n[None, None, :]
-        prof = cv2.remap(grey, sp[..., 0].astype(np.float32), sp[..., 1].astype(np.float32),
-                         cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float64)
-        inner = prof[:, :5].mean(1)
-        outer = prof[:, -5:].mean(1)
-        ok = outer - inner > 20  # enough contrast for a reliable crossing
-        pts = []
-        for j in np.nonzero(ok)[0]:
-            lvl = (inner[j] + outer[j]) / 2
-            above = np.nonzero(prof[j] >= lvl)[0]
-            if len(above) == 0 or above[0] == 0:
-                continue
-            k = above[0]
-            p0, p1 = prof[j, k - 1], prof[j, k]
-            f = (lvl - p0) / max(p1 - p0, 1e-9)
-            off = offs[k - 1] + f * (offs[k] - offs[k - 1])
-            pts.append(base[j] + off * n)
+        pts = crossings[i][good[i]]
         if len(pts) < 5:
             return c
-        pts = np.array(pts)
         # Least-squares line, with one pass of outlier removal (a pencil stroke on the edge).
         for _ in range(2):
             m = pts.mean(0)
