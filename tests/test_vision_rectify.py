@@ -111,3 +111,25 @@ def test_bad_arguments():
         rectify_sheet(np.zeros((10, 10), np.uint8), loc)
     with pytest.raises(ValueError, match="dpi must be between"):
         rectify_sheet(np.zeros((100, 100, 3), np.uint8), loc, dpi=5)
+
+
+def test_prepare_builds_the_references_a_phone_photo_needs():
+    # After prepare(), rectifying (and locating) a high-resolution photo of the template
+    # builds nothing new: the first photo of each template costs what the others cost.
+    import vision.locate as locate_mod
+    import vision.rectify as rectify_mod
+
+    t = TEMPLATES[1]
+    ph = synth_photo(t, seed=2, size=(2000, 1500))
+    rectify_mod._ref_cache.clear()
+    locate_mod._ref_ink_cache.clear()
+    rectify_mod.prepare(t)
+    locate_mod.prepare(t)
+    built_r, built_l = set(rectify_mod._ref_cache), set(locate_mod._ref_ink_cache)
+    assert len(built_r) == 2 and len(built_l) == 2
+    loc = locate_sheet(ph.image, templates=TEMPLATES)
+    assert loc.template.id == t.id and loc.method == "markers"
+    rs = rectify_sheet(ph.image, loc)
+    assert rs.refinement["measure_dpi"] == rectify_mod.MEASURE_DPI_MAX
+    assert set(rectify_mod._ref_cache) == built_r
+    assert set(locate_mod._ref_ink_cache) == built_l

@@ -44,7 +44,7 @@ from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffE
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h, project,
                                  reference_render, scale_matrix, warp_to_frame)
 
-__all__ = ["SheetLocation", "locate_sheet", "find_page_quad", "detect_markers",
+__all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
            "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
 
 #: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
@@ -655,10 +655,12 @@ def _ref_ink(t: Template, dpi: float, markers: bool, what: str = "ink"):
         ref = reference_render(t, dpi=dpi, markers=markers)
         ink = ink_map(_grey(ref), background_px=dpi / MM_PER_INCH * 8)
         d = {"ink": ink, "b1": _blurred(ink, 1.0), "b2": _blurred(ink, 2.0)}
-        d["kp"], d["des"] = _orb().detectAndCompute(_ink_u8(ink), None)
         if len(_ref_ink_cache) > 64:
             _ref_ink_cache.clear()
         _ref_ink_cache[key] = d
+    if what in ("kp", "des") and "kp" not in d:
+        # ORB features only when feature matching runs (not on the markers route)
+        d["kp"], d["des"] = _orb().detectAndCompute(_ink_u8(d["ink"]), None)
     return d[what]
 
 
@@ -1124,6 +1126,16 @@ def estimate_blur_mm(image_grey: np.ndarray, H: np.ndarray, t: Template, *, mark
             lo, hi = _BLUR_SIGMAS_PX[i - 1], _BLUR_SIGMAS_PX[i + 1]
             s_best = float(np.clip(s_best + off * (hi - lo) / 2, lo, hi))
     return s_best * MM_PER_INCH / REG_DPI, float(scores[i])
+
+
+def prepare(template: Template, *, markers: bool = True) -> None:
+    """Build what locating a photo of ``template`` derives from the template alone (its
+    rendering and ink at ``REG_DPI``, the blur measure's reference tiles), so that the first
+    photo of each template does not pay for it (~30 ms). Cached per template; a process that
+    reads many photos (server, batch, benchmark) calls this once per template at start-up."""
+    _ref_ink(template, REG_DPI, markers, "b1")
+    w, h = frame_size(template, REG_DPI)
+    _blur_tiles(template, markers, (h, w), 3)
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_
                                  project, reference_render)
 from vision.locate import SheetLocation
 
-__all__ = ["RectifiedSheet", "rectify_sheet", "measure_alignment", "frame_position"]
+__all__ = ["RectifiedSheet", "rectify_sheet", "prepare", "measure_alignment", "frame_position"]
 
 #: Tile side in mm for the local shift measurement: large enough to hold print in two
 #: directions on every house sheet, small enough to follow a curl.
@@ -326,6 +326,39 @@ def _fit_field(shifts, weight, centres, *, tol, scale):
     return _Field(f, centres[0], centres[1], scale), w2
 
 
+def _measure_dpi(dpi: float, ratio: float) -> float:
+    """Resolution the alignment is measured at, for output ``dpi`` and a photo with ``ratio``
+    photo px per output px: the photo's own resolution at most (upsampling a small, blurred
+    photo adds no information, only noise to the correlation; tiles hold >= 48 px), at most
+    ``MEASURE_DPI_MAX`` (the sub-pixel phase correlation, ~0.1 px, is then already finer than
+    needed), quantised to steps of 5 dpi so that the reference tiles are reused."""
+    return float(np.clip(np.round(dpi * ratio / 5) * 5, 30.0, min(dpi, MEASURE_DPI_MAX)))
+
+
+def _pass_sizes(dpi_f: float) -> tuple[float, int, float, int]:
+    """``(tile_mm, fine_tile_px, coarse_dpi, coarse_tile_px)`` for measuring at ``dpi_f``:
+    the coarse pass runs at half the resolution with 1.5x larger tiles."""
+    kf = dpi_f / MM_PER_INCH
+    tile_mm = max(TILE_MM, 48 / kf)
+    fine_tile = int(round(tile_mm * kf / 2)) * 2
+    dpi_c = dpi_f / 2
+    kc = dpi_c / MM_PER_INCH
+    tile_c = max(24, int(round(tile_mm * 1.5 * kc / 2)) * 2)
+    return tile_mm, fine_tile, dpi_c, tile_c
+
+
+def prepare(template, *, dpi: float = 100.0, markers: bool = True) -> None:
+    """Build the reference tiles the local refinement of a phone photo of ``template`` uses
+    (renderings and tile spectra at the measuring resolutions), so that the first photo of
+    each template does not pay for them (~50 ms). Covers every photo with at least
+    ``MEASURE_DPI_MAX`` px per inch of sheet (any phone photo decoded at 2000 px); smaller
+    photos measure at a lower resolution and build theirs on first use."""
+    dpi_f = _measure_dpi(dpi, 10.0)
+    _, fine_tile, dpi_c, tile_c = _pass_sizes(dpi_f)
+    _reference_tiles(template, dpi_f, markers, fine_tile, fine_tile)
+    _reference_tiles(template, dpi_c, markers, tile_c, tile_c)
+
+
 def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 100.0,
                   refine: bool = True) -> RectifiedSheet:
     """Warp the photo to the template frame at ``dpi`` and correct local misalignment.
@@ -397,14 +430,9 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     src_m = a if ACHROMATIC else _grey(a)
     pyramid = [src_m]
     white = (255, 255, 255) if src_m.ndim == 3 else 255
-    # Measure at the photo's own resolution at most: upsampling a small, blurred photo to
-    # ``dpi`` adds no information, only noise to the correlation. Tiles hold >= 48 px.
-    # Above 60 dpi the sub-pixel phase correlation (~0.1 px) is already finer than needed.
-    # Quantised to steps of 5 dpi so that the reference tiles (rendered per dpi) are reused.
-    dpi_f = float(np.clip(np.round(dpi * ratio / 5) * 5, 30.0, min(dpi, MEASURE_DPI_MAX)))
+    dpi_f = _measure_dpi(dpi, ratio)  # the photo's own resolution, at most 60 dpi
     kf = dpi_f / MM_PER_INCH
-    tile_mm = max(TILE_MM, 48 / kf)
-    fine_tile = int(round(tile_mm * kf / 2)) * 2
+    tile_mm, fine_tile, dpi_c, tile_c = _pass_sizes(dpi_f)
     info.update({"measure_dpi": round(dpi_f, 1), "tile_mm": round(tile_mm, 1)})
 
     def measure_pass(mdpi, tile, stride, displacement, max_shift, every=1):
@@ -437,9 +465,7 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
                               inside=lambda y, x: _in(mp, y, x, ws, hs))
 
     # --- coarse pass: half the measuring resolution, 1.5x larger tiles, shifts of several mm ---
-    dpi_c = dpi_f / 2
     kc = dpi_c / MM_PER_INCH
-    tile_c = max(24, int(round(tile_mm * 1.5 * kc / 2)) * 2)
     s_c, w_c, cen_c = measure_pass(dpi_c, tile_c, tile_c, None, MAX_SHIFT_MM * kc * 1.5)
     before = _median_misalignment(s_c, w_c)
     info["residual_px_before"] = None if before is None else before * dpi / dpi_c
