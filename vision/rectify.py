@@ -104,25 +104,26 @@ class _RefTiles:
         self.cx = xs.astype(float) + tile / 2 - 0.5
 
 
-def _in(mp: np.ndarray, y: int, x: int, w: int, h: int) -> bool:
-    v = mp[y, x]
-    return bool(-0.5 <= v[0] <= w - 0.5 and -0.5 <= v[1] <= h - 0.5)
-
-
 def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
                    valid: np.ndarray | None, every: int = 1, min_response: float = 0.08,
-                   inside=None):
+                   inside_map: tuple | None = None):
+    """``inside_map``: ``(map, w, h)``, the measurement frame's photo positions and the
+    photo's size: only tiles whose four corners map into the photo are measured."""
     shifts = np.full(rt.shape + (2,), np.nan, np.float32)
     weight = np.zeros(rt.shape, np.float32)
     T = rt.tile
-    for n in range(0, len(rt.yx), every):
+    cand = np.arange(0, len(rt.yx), every)
+    ys, xs = rt.yx[cand, 0], rt.yx[cand, 1]
+    ok = np.ones(len(cand), bool)
+    for cy, cx in ((ys, xs), (ys + T - 1, xs), (ys, xs + T - 1), (ys + T - 1, xs + T - 1)):
+        if valid is not None:
+            ok &= valid[cy, cx]
+        if inside_map is not None:
+            mp, w, h = inside_map
+            v = mp[cy, cx]
+            ok &= (v[:, 0] >= -0.5) & (v[:, 0] <= w - 0.5) & (v[:, 1] >= -0.5) & (v[:, 1] <= h - 0.5)
+    for n in cand[ok]:
         y, x = rt.yx[n]
-        if valid is not None and not (valid[y, x] and valid[y + T - 1, x] and valid[y, x + T - 1]
-                                      and valid[y + T - 1, x + T - 1]):
-            continue
-        if inside is not None and not (inside(y, x) and inside(y + T - 1, x) and inside(y, x + T - 1)
-                                       and inside(y + T - 1, x + T - 1)):
-            continue
         # A copy: cv2.phaseCorrelate applies its window in place on array views.
         p = photo_ink[y:y + T, x:x + T].copy()
         (dx, dy), resp = cv2.phaseCorrelate(rt.patches[n].copy(), p, rt.window)
@@ -462,7 +463,7 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         hs, ws = src_p.shape[:2]
         return _measure_tiles(_ink_of(img, background_px=mdpi / MM_PER_INCH * 6), rt,
                               max_shift=max_shift, valid=None, every=every,
-                              inside=lambda y, x: _in(mp, y, x, ws, hs))
+                              inside_map=(mp, ws, hs))
 
     # --- coarse pass: half the measuring resolution, 1.5x larger tiles, shifts of several mm ---
     kc = dpi_c / MM_PER_INCH
