@@ -4,10 +4,12 @@ Routes, tried in this order:
 
 1. **Markers.** The four ArUco markers (DICT_4X4_50) in the page corners name the template
    (template *k* uses ids 4k..4k+3) and give 4 corners each, refined to sub-pixel by fitting
-   lines to the marker's outer edges. A strict detector runs first; a relaxed one (full error
-   correction, plus a sharpened copy) looks for the missing markers only where the found ones
-   predict them, or, when the strict one finds at most one, is kept only for two or more
-   markers spaced as on the template. A marker that disagrees with the others by more than its
+   lines to the marker's outer edges. A fast strict detector (one adaptive-threshold window)
+   runs first and is kept when it sees all four markers of a template; otherwise the full
+   strict detector (three windows) runs. A relaxed one (full error correction, plus a
+   sharpened copy) looks for the missing markers only where the found ones predict them, or,
+   when the strict one finds at most one, is kept only for two or more markers spaced as on
+   the template. A marker that disagrees with the others by more than its
    own size is dropped. With fewer than three markers the page outline and a registration on
    the print are added; if the print does not line up with the named template at all, the
    markers are ignored (misread, or lying on the table) and the next route runs.
@@ -25,6 +27,9 @@ a photo too blurred to read raises :class:`BlurryPhotoError` (the blur of the pr
 page in mm, estimated against the clean rendering, so it does not depend on the photo's size).
 ``details`` always carries ``registration`` (how well the print lines up, 0..1) and
 ``blur_mm``. See docs/BAD_INPUT.md.
+
+What depends on the template alone (renderings, ink, blur tiles) is cached per template;
+:func:`prepare` builds it up front for a process that reads many photos.
 
 Homographies map template mm to decoded-image px in the project convention (pixel (i, j) has its
 centre at (x=j+0.5, y=i+0.5)).

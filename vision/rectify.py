@@ -19,6 +19,9 @@ Measured on simulated photos (108 photos, 6 sheets x 3 presets x markers/no mark
 centres against the simulator's truth, px at 100 dpi, median of per-photo medians): easy
 0.7-1.0 -> 0.3, typical 1.0-1.9 -> 0.4, hard 2.4-2.6 -> 0.6.
 
+The reference tiles (rendering, ink, usable tiles) are cached per template and measuring
+resolution; :func:`prepare` builds those a phone photo needs up front (~50 ms per template).
+
 Frame: output pixel (i, j) has its centre at (x, y) = ((j + 0.5), (i + 0.5)) px with
 ``px = mm * dpi / 25.4``: the frame of ``calibration.render.render_sheet(template, dpi=dpi)``.
 """
