@@ -59,7 +59,8 @@ def run(args) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    tmp = tempfile.mkdtemp(prefix="sheetcheck-bench-")
+    tmp_holder = tempfile.TemporaryDirectory(prefix="sheetcheck-bench-")  # removed at the end
+    tmp = tmp_holder.name
     env = dict(os.environ, SHEETCHECK_DB=f"{tmp}/audits.sqlite", SHEETCHECK_DATA_DIR=f"{tmp}/data",
                SHEETCHECK_WORKERS=str(os.cpu_count() or 2))
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "server:app", "--host", "127.0.0.1",
@@ -121,6 +122,7 @@ def run(args) -> int:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+        tmp_holder.cleanup()
 
     lat = sorted(latencies)
     res = {
