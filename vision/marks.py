@@ -380,6 +380,7 @@ class _Features:
     dlen_min: np.ndarray
     dlen_max: np.ndarray
     faint_dlen_max: np.ndarray
+    bare_core: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -500,12 +501,23 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     dl1, dl2 = dlen[:, 0], dlen[:, 1]
     fhit = np.bincount(db, faint[sel], R * 16) > 0
     fdl = np.where(ds >= 3, (fhit & dseen).reshape(R, 2, 8).sum(axis=2) / np.maximum(ds, 1), 0.0)
+    # Bare cores: unmarked paper at least ~0.6 mm from any ink and from the edge of what can
+    # be seen. Crossing out (an X, a slash, a tick) leaves wide bare patches between its
+    # strokes wherever they run; colouring in, even with gaps between hatching strokes, does
+    # not. Independent of where the strokes lie, so it works where the sectors between the
+    # diagonals are hidden by print (small or round regions).
+    bare = np.zeros(H * W, np.uint8)
+    bare[model.pix[ok & ~ink]] = 1
+    bare = bare.reshape(H, W)
+    dist = cv2.distanceTransform(bare, cv2.DIST_L2, 3).reshape(-1)[model.pix]
+    core_px = 0.5 * model.dpi / 25.4
+    bare_core = np.bincount(lbl, ok & (dist >= core_px), R) / np.maximum(n, 1)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
-                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1))
+                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core)
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -601,7 +613,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  empty_cover=empty_cover, cover_scale=cover_scale,
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
                                  written_cover=written_cover, is_line=bool(model.is_line[i]),
-                                 line_cover=line_cover, line_scale=line_scale)
+                                 line_cover=line_cover, line_scale=line_scale, prior=prior)
     if photo_confidence < 1.0:
         for rid, rd in readings.items():
             if rd.confidence > photo_confidence:
@@ -616,7 +628,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
             empty_cover: float, cover_scale: float, x_threshold: float, x_scale: float,
             min_pixels: int, written_cover: float, is_line: bool, line_cover: float,
-            line_scale: float) -> RegionReading:
+            line_scale: float, prior: Palette | None = None) -> RegionReading:
     allowed = list(r.marks)
     colours = [m for m in allowed if m in pal.names]
     can_cross = "crossed" in allowed
@@ -658,7 +670,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
     # Dark pencils (blue, purple, green) in dim light leave some texels too dark to show
     # their chroma; only a mark that is mostly grey is graphite.
-    p_grey = float(_sigmoid((0.25 - coloured_share) / 0.06))
+    p_grey = float(_sigmoid((0.25 - coloured_share) / 0.04))
     if "written" in allowed and not colours:
         probs["written"] = p_marked
     else:
@@ -678,6 +690,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                        * _sigmoid((0.35 - cover) / 0.05))
             if not f.x_ok[i]:
                 lx = ls = 0.0  # too little unprinted area to see arms and sectors
+            lx_raw, ls_raw = lx, ls
             # Colouring a region in covers it; crossing it out (an X, a slash, a scribble)
             # leaves most of it bare. A sparse mark whose strokes run one way (a light
             # hatch) may still be a fill: that case is left undecided.
@@ -691,8 +704,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # fringe, not a crossing-out; this holds for the X and slash patterns too)
             one_pencil = float(_sigmoid((float(f.purity[i]) - 0.8) / 0.05))
             lx, ls = lx * one_pencil, ls * one_pencil
+            # (a scribble that crosses out leaves bare paper between its loops; one that
+            # leaves none is colouring in)
             lx = max(lx, ls, (1.0 - dense) * incoherent * one_pencil
-                     * float(_sigmoid((cover - 0.15) / 0.03)))
+                     * float(_sigmoid((cover - 0.15) / 0.03))
+                     * float(_sigmoid((float(f.bare_core[i]) - 0.03) / 0.015)))
             if not f.x_ok[i]:
                 lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
             # Parallel strokes over a good part of the region are hatching (a light fill) as
@@ -704,8 +720,28 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
             u = 0.02
-            p_x = (lx + 0.5 * u) / (lx + lf + u)
-            p_cross = p_grey + (1 - p_grey) * p_x
+            if f.x_ok[i]:
+                p_x = (lx + 0.5 * u) / (lx + lf + u)
+            else:
+                # Arms and sectors cannot be seen (a small or mostly printed region): only a
+                # coverage no pair of strokes reaches says "fill"; anything less is undecided.
+                # (two strokes of a pencil's width cover well under three quarters of a
+                # region; a fill, even a careless one, covers more)
+                # Strokes laid one way over most of the region are hatching: a fill too.
+                lf_hidden = max(float(_sigmoid((cover - 0.72) / 0.025)),
+                                float(_sigmoid((coh - 0.6) / 0.03) * _sigmoid((cover - 0.55) / 0.04)))
+                p_x = 0.5 * (1.0 - lf_hidden)
+            # Graphite (grey texels) crosses out, but grey alone is also shadow, dirt, print
+            # bleed or a dark pencil in dim light: crossed is sure only with a crossing-out's
+            # structure (X, slash, scribble) or a coverage no stray grey reaches.
+            # (the diagonal lengths are measured even where the sectors are hidden by print)
+            # (independent cues of line work combine: any one of them is evidence)
+            cues = (float(lx_raw), float(ls_raw), float(_sigmoid((cover - 0.3) / 0.04)),
+                    float(_sigmoid((lmin - 0.45) / 0.05)), float(_sigmoid((lmax - 0.65) / 0.05)),
+                    # grey strokes with bare paper between them: line work, not a smudge
+                    float(_sigmoid((cover - 0.15) / 0.03) * _sigmoid((float(f.bare_core[i]) - 0.08) / 0.03)))
+            s_grey = 1.0 - math.prod(1.0 - c for c in cues)
+            p_cross = p_grey * (0.5 + 0.5 * s_grey) + (1 - p_grey) * p_x
         else:
             p_cross = 0.0
         if "written" in allowed:
@@ -727,6 +763,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 probs[c] = p_marked * (1 - p_cross) * pc[c] * max(fit, 1e-6)
         if can_cross:
             probs["crossed"] = p_marked * p_cross
+    raw = dict(probs)
     tot = sum(probs.values())
     if tot <= 0:
         probs = {m: 1.0 / len(allowed) for m in allowed}
@@ -734,6 +771,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         probs = {m: p / tot for m, p in probs.items()}
     alts = tuple(sorted(probs.items(), key=lambda kv: -kv[1]))
     mark, conf = alts[0]
+    # The mass no allowed mark explains ("a hue no pencil has", "marked, but neither a fill
+    # nor a crossing-out") must lower the confidence, not be renormalised onto the mark left.
+    conf = min(conf, raw[mark]) if tot > 0 else conf
     # Probability lost to "no pencil fits" or "not sure it is marked" must lower confidence,
     # not be renormalised away.
     if mark in pal.names:
@@ -742,6 +782,17 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         conf = min(conf, float(_sigmoid((f.purity[i] - 0.6) / 0.06)))
         if "crossed" not in allowed:
             conf = min(conf, 1.0 - p_grey)
+        if prior is not None and pal is not prior:
+            # Calibration moves the pencils to where this photo puts them; when it names a
+            # region otherwise than the prior clearly would (a hue cluster matched to the
+            # neighbouring pencil shifts every region of that colour at once), the two
+            # readings of the photo disagree and a person should look.
+            dp = prior.distances(float(f.hue[i]), names=colours)
+            best_prior = min(dp, key=dp.get)
+            if best_prior != mark:
+                ratio = math.exp(-0.5 * (dp[best_prior] ** 2 - dp[mark] ** 2))
+                if ratio > 3.0:
+                    conf = min(conf, 0.9)
     reason = ""
     if f.n[i] < min_pixels:
         reason = "too few unprinted pixels to read"
@@ -757,7 +808,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
              "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
              "faint_coverage": float(f.faint_line[i] if is_line else f.faint_cover[i]),
              **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i]),
-                                      "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i])})}
+                                      "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i]),
+                                      "sector_coverage": float(f.off_cov[i]),
+                                      "bare_core": float(f.bare_core[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
 
 
