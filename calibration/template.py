@@ -379,17 +379,9 @@ def validate_template_dict(doc: Any, *, source: str = "<template>") -> Template:
 
 def load_template_file(path: str | Path) -> Template:
     """Load and validate one template JSON file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TemplateError(f"cannot read template file {path}: {e.strerror}",
-                            hint="Check the path.") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TemplateError(f"template file {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})",
-                            hint="Fix the JSON syntax and try again.") from None
+    from sheetcheck.files import read_json_file
+
+    doc = read_json_file(path, what="template file", error=TemplateError, hint="Check the path.")
     return validate_template_dict(doc, source=str(path))
 
 

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from sheetcheck.errors import InputFileError
+from sheetcheck.files import read_json_file
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".heic", ".heif")
 EVAL_FORMAT = "sheetcheck.eval/1"
@@ -51,11 +52,7 @@ def find_pairs(folder: str | Path) -> list[tuple[Path, Path]]:
 
 
 def _load_truth(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputFileError(f"truth file {path} cannot be read: {e}",
-                             hint="Regenerate it with `sheetcheck simulate`.") from None
+    doc = read_json_file(path, what="truth file", hint="Regenerate it with `sheetcheck simulate`.")
     if not isinstance(doc, dict) or not isinstance(doc.get("marks"), dict):
         raise InputFileError(f"truth file {path} has no 'marks' object.",
                              hint="Regenerate it with `sheetcheck simulate`.")

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from scoring.registry import engine_for
-from sheetcheck.errors import InputFileError, StateError
+from sheetcheck.errors import StateError
+from sheetcheck.files import read_json_file
 
 
 def load_state_document(path: str) -> dict:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputFileError(f"cannot read state file {path}: {e.strerror}.",
-                             hint="Check the path (docs/STATE_JSON.md describes the format).") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise StateError(f"state file {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).",
-                         hint="Fix the JSON syntax; docs/STATE_JSON.md has examples.") from None
+    doc = read_json_file(path, what="state file", parse_error=StateError,
+                         hint="Check the path (docs/STATE_JSON.md describes the format).")
     if not isinstance(doc, dict) or not isinstance(doc.get("game"), str):
         raise StateError(f"state file {path} must be a JSON object with a \"game\" field.",
                          hint="See docs/STATE_JSON.md for the format and docs/examples/ for examples.")
