@@ -704,11 +704,13 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # fringe, not a crossing-out; this holds for the X and slash patterns too)
             one_pencil = float(_sigmoid((float(f.purity[i]) - 0.8) / 0.05))
             lx, ls = lx * one_pencil, ls * one_pencil
-            # (a scribble that crosses out leaves bare paper between its loops; one that
-            # leaves none is colouring in)
-            lx = max(lx, ls, (1.0 - dense) * incoherent * one_pencil
-                     * float(_sigmoid((cover - 0.15) / 0.03))
-                     * float(_sigmoid((float(f.bare_core[i]) - 0.03) / 0.015)))
+            # A sparse, many-way scribble in one pencil may cross a region out or be a light,
+            # careless fill: which one, only a person can say. It is "cannot tell", not
+            # evidence for either (with bare paper between its loops it is no dense fill).
+            scribble = ((1.0 - dense) * incoherent * one_pencil
+                        * float(_sigmoid((cover - 0.15) / 0.03))
+                        * float(_sigmoid((float(f.bare_core[i]) - 0.03) / 0.015)))
+            lx = max(lx, ls)
             if not f.x_ok[i]:
                 lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
             # Parallel strokes over a good part of the region are hatching (a light fill) as
@@ -719,7 +721,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
-            u = 0.02
+            u = 0.02 + (scribble if f.x_ok[i] else 0.0)
             if f.x_ok[i]:
                 p_x = (lx + 0.5 * u) / (lx + lf + u)
             else:
