@@ -662,6 +662,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         # Only for connections: a faint trail along a segment is structure that noise does
         # not make, while faint texels inside a printed area are mostly print fringe.
         p_marked = max(p_marked, 0.5 * p_faint)
+    elif "written" in allowed and not colours:
+        # A number box is bare, unprinted paper: faint strokes over even a small part of it
+        # (light graphite digits) are far beyond what its paper noise leaves, so "empty" is
+        # doubtful (a person should look), though too faint to call written.
+        p_marked = max(p_marked, 0.5 * float(_sigmoid((float(f.faint_cover[i]) - 0.06) / 0.015)))
     elif can_cross and f.x_ok[i]:
         # likewise a faint trail along most of a diagonal: a light graphite slash or cross
         p_marked = max(p_marked, 0.5 * float(_sigmoid((f.faint_dlen_max[i] - 0.7) / 0.06)))
