@@ -251,3 +251,15 @@ def test_load_photo_file_errors(tmp_path):
 def test_bad_max_long_side():
     with pytest.raises(ValueError, match="max_long_side"):
         decode_photo(encode(quadrants(), "PNG"), max_long_side=3)
+
+
+def test_bytearray_and_memoryview_decode_like_bytes():
+    rng = np.random.default_rng(3)
+    a = (rng.random((300, 400, 3)) * 255).astype(np.uint8)
+    data = encode(a, "JPEG", quality=90)
+    ref = decode_photo(data, max_long_side=150)
+    for wrapped in (bytearray(data), memoryview(data)):
+        d = decode_photo(wrapped, max_long_side=150)
+        assert d.image.shape == ref.image.shape and np.array_equal(d.image, ref.image)
+    with pytest.raises(CorruptImageError, match="truncated"):
+        decode_photo(memoryview(data)[:len(data) // 2], max_long_side=150)

@@ -208,7 +208,8 @@ def decode_photo(data: bytes, *, max_long_side: int | None = 2000,
     """
     if max_long_side is not None and max_long_side < MIN_SIDE:
         raise ValueError(f"max_long_side must be at least {MIN_SIDE}, got {max_long_side!r}")
-    im = _open(bytes(data), name)
+    data = bytes(data)  # the same object for bytes; a copy of a bytearray or memoryview
+    im = _open(data, name)
     fmt = (im.format or "").upper()
     if fmt == "MPO":  # multi-picture JPEG (some phones): the first frame is the photo
         fmt = "JPEG"
