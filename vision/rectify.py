@@ -173,9 +173,13 @@ def _reject_outliers(shifts, weight, *, tol: float):
     pad = np.pad(v, ((1, 1), (1, 1), (0, 0)), constant_values=np.nan)
     stack = np.stack([pad[i:i + R, j:j + C] for i in range(3) for j in range(3)], 0)
     n_ok = np.sum(~np.isnan(stack[..., 0]), 0)
-    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
-        __import__("warnings").simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(stack, axis=0)
+    # nanmedian over the 9 neighbours, written out (np.nanmedian took ~0.6 ms a call): sorting
+    # puts the NaNs last, the median is the mean of the middle two of the n_ok values.
+    srt = np.sort(stack, axis=0)
+    n = np.broadcast_to(n_ok[None, ..., None], (1,) + srt.shape[1:])
+    lo = np.take_along_axis(srt, np.maximum(n - 1, 0) // 2, 0)[0]
+    hi = np.take_along_axis(srt, n // 2, 0)[0]
+    med = np.where(n[0] > 0, (lo + hi) / 2, np.nan)
     dev = np.hypot(v[..., 0] - med[..., 0], v[..., 1] - med[..., 1])
     out_w = weight.copy()
     out_w[(weight > 0) & (n_ok >= 3) & (dev > tol)] = 0
