@@ -613,7 +613,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  empty_cover=empty_cover, cover_scale=cover_scale,
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
                                  written_cover=written_cover, is_line=bool(model.is_line[i]),
-                                 line_cover=line_cover, line_scale=line_scale, prior=prior)
+                                 line_cover=line_cover, line_scale=line_scale, prior=prior,
+                                 chroma_noise=max(1.0, float(th.get("paper_chroma_sd", 1.0))))
     if photo_confidence < 1.0:
         for rid, rd in readings.items():
             if rd.confidence > photo_confidence:
@@ -628,7 +629,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
             empty_cover: float, cover_scale: float, x_threshold: float, x_scale: float,
             min_pixels: int, written_cover: float, is_line: bool, line_cover: float,
-            line_scale: float, prior: Palette | None = None) -> RegionReading:
+            line_scale: float, prior: Palette | None = None,
+            chroma_noise: float = 1.0) -> RegionReading:
     allowed = list(r.marks)
     colours = [m for m in allowed if m in pal.names]
     can_cross = "crossed" in allowed
@@ -726,7 +728,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
-            u = 0.02 + (scribble if f.x_ok[i] else 0.0)
+            # (it shrinks as one pattern becomes decisive: a region covered edge to edge is
+            # no more "maybe crossed" than the evidence says)
+            u = 0.002 + 0.018 * (1.0 - max(lx, lf)) + (scribble if f.x_ok[i] else 0.0)
             if f.x_ok[i]:
                 p_x = (lx + 0.5 * u) / (lx + lf + u)
             else:
@@ -754,7 +758,12 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         if "written" in allowed:
             probs["written"] = p_marked * (1 - p_cross) * (0.0 if colours else 1.0)
         if colours:
-            d = pal.distances(float(f.hue[i]), names=colours)
+            # A hue measured on pale texels is uncertain: chroma noise of this photo's paper
+            # (sd) turns into hue noise of about sd / C radians, so the pencils' spreads are
+            # widened by it (faint or washed-out marks do not separate red from orange).
+            hue_noise = math.degrees(3.0 * chroma_noise / max(float(f.chroma[i]), 1e-3))
+            d = {c: abs(float(hue_diff(float(f.hue[i]), pal.colour(c).hue_deg)))
+                 / math.hypot(pal.colour(c).hue_spread_deg, hue_noise) for c in colours}
             lik = {c: math.exp(-0.5 * d[c] ** 2) for c in colours}
             tot = sum(lik.values())
             if tot < 1e-12:
@@ -784,7 +793,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     # Probability lost to "no pencil fits" or "not sure it is marked" must lower confidence,
     # not be renormalised away.
     if mark in pal.names:
-        conf = min(conf, p_marked, float(_sigmoid((3.0 - pal.distances(float(f.hue[i]), names=[mark])[mark]) / 0.4)))
+        conf = min(conf, p_marked, float(_sigmoid((3.0 - d[mark]) / 0.4)))
         # a mix of colours in one region
         conf = min(conf, float(_sigmoid((f.purity[i] - 0.6) / 0.06)))
         if "crossed" not in allowed:
