@@ -381,6 +381,8 @@ class _Features:
     dlen_max: np.ndarray
     faint_dlen_max: np.ndarray
     bare_core: np.ndarray
+    faint_tint: np.ndarray
+    faint_hue_r: np.ndarray
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -512,12 +514,20 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     dist = cv2.distanceTransform(bare, cv2.DIST_L2, 3).reshape(-1)[model.pix]
     core_px = 0.5 * model.dpi / 25.4
     bare_core = np.bincount(lbl, ok & (dist >= core_px), R) / np.maximum(n, 1)
+    # Faint tint: texels above this photo's faint chroma level, and how well their hues agree
+    # (1 = one hue). A pale pencil leaves one hue over the area; print fringes, JPEG colour
+    # bleed and chromatic aberration leave mixed hues.
+    ftint = faint & (C > th["chroma_faint"])
+    faint_tint = np.bincount(lbl, w * ftint, R) / wsum
+    wt = np.where(ftint, C, 0.0)
+    faint_hue_r = (np.hypot(np.bincount(lbl, wt * np.cos(rad), R), np.bincount(lbl, wt * np.sin(rad), R))
+                   / np.maximum(np.bincount(lbl, wt, R), 1e-9))
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
-                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core)
+                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core, faint_tint, faint_hue_r)
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -669,9 +679,16 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         # (light graphite digits) are far beyond what its paper noise leaves, so "empty" is
         # doubtful (a person should look), though too faint to call written.
         p_marked = max(p_marked, 0.5 * float(_sigmoid((float(f.faint_cover[i]) - 0.06) / 0.015)))
-    elif can_cross and f.x_ok[i]:
-        # likewise a faint trail along most of a diagonal: a light graphite slash or cross
-        p_marked = max(p_marked, 0.5 * float(_sigmoid((f.faint_dlen_max[i] - 0.7) / 0.06)))
+    else:
+        if can_cross and f.x_ok[i]:
+            # likewise a faint trail along most of a diagonal: a light graphite slash or cross
+            p_marked = max(p_marked, 0.5 * float(_sigmoid((f.faint_dlen_max[i] - 0.7) / 0.06)))
+        if colours:
+            # A pale pencil (a hard lead, a light hand) may stay under the "coloured" level, but
+            # faint texels of one hue over a good part of the region are not paper: "empty"
+            # is doubtful and a person should look.
+            p_marked = max(p_marked, 0.5 * float(_sigmoid((float(f.faint_tint[i]) - 0.12) / 0.02)
+                                                 * _sigmoid((float(f.faint_hue_r[i]) - 0.85) / 0.03)))
     probs: dict[str, float] = {m: 0.0 for m in allowed}
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
@@ -826,7 +843,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
              **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i]),
                                       "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i]),
                                       "sector_coverage": float(f.off_cov[i]),
-                                      "bare_core": float(f.bare_core[i])})}
+                                      "bare_core": float(f.bare_core[i]),
+                                      "faint_tint": float(f.faint_tint[i]),
+                                      "faint_hue_agreement": float(f.faint_hue_r[i])})}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
 
 
