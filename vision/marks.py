@@ -14,7 +14,20 @@ Per region, on those pixels, in CIELAB of the white-balanced photo:
 * hue of the coloured texels: the peak of a chroma-weighted hue histogram, refined by a
   circular mean within it (robust to a stray stroke of another colour and to paper gaps);
 * X structure: texel density along both diagonals against the rest of the region (a cross is
-  two strokes, a fill covers the area).
+  two strokes, a fill covers the area);
+* bare cores: share of the region that is bare paper at least ~0.5 mm from any ink (crossing
+  out leaves bare patches between its strokes wherever they run, colouring in does not);
+* faint tint: texels above this photo's faint chroma level and how well their hues agree (a
+  pale pencil below the "coloured" level is one hue; fringes and JPEG bleed are mixed).
+
+Confidence is only high on strong evidence. A reading's confidence never exceeds the mass its
+mark had before normalisation (what "no pencil fits" or "marked, but neither a fill nor a
+crossing-out" takes away goes to review, not to the remaining mark); a coloured mark is
+"crossed" only with a crossing-out's structure, graphite only with line work; a sparse
+many-way scribble, or coverage between what two strokes and a fill reach where the sectors
+are hidden, is "cannot tell"; hue distances use the pencils' spreads widened by the hue noise
+of pale texels (paper chroma noise / chroma); faint one-hue texels or faint strokes in a
+number box make "empty" doubtful.
 
 The pencil palette is calibrated per photo (swatches, else the sheet's own marks; see
 ``vision.colour.calibrate_palette``). Each decision gives a probability from its margin
