@@ -128,6 +128,11 @@ def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
                 _models.pop(next(iter(_models)))
             m = build_sheet_model(template, render_sheet(template, dpi=dpi, markers=True).image,
                                   dpi=dpi)
+            # the geometry stages' per-template references too, so that no photo (the first of
+            # each template in a server or a batch worker) pays for building them
+            from vision import locate, rectify
+            locate.prepare(template)
+            rectify.prepare(template, dpi=dpi)
             _models[key] = m
         return m
 
