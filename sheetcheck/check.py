@@ -54,17 +54,10 @@ def check_photo(photo, *, template_id: str | None = None,
 
     t0 = time.perf_counter()
     if isinstance(photo, (str, os.PathLike)):
+        from vision.decode import read_photo_file
+
         path = Path(photo)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise InputFileError(f"photo {path} does not exist.", hint="Check the path.") from None
-        except IsADirectoryError:
-            raise InputFileError(f"{path} is a folder, not a photo.",
-                                 hint="Use `sheetcheck batch` for a folder of photos.") from None
-        except OSError as e:
-            raise InputFileError(f"cannot read photo {path}: {e.strerror}.",
-                                 hint="Check the file's permissions.") from None
+        data = read_photo_file(path)
         filename = filename if filename is not None else str(path)
     elif isinstance(photo, (bytes, bytearray, memoryview)):
         data = bytes(photo)

@@ -358,6 +358,20 @@ def load_photo(path: str | os.PathLike, *, max_long_side: int | None = 2000) -> 
     NotAnImageError, CorruptImageError, ImageTooLargeError
         As :func:`decode_photo`.
     """
+    data = read_photo_file(path)
+    return decode_photo(data, max_long_side=max_long_side, name=f"photo {str(Path(path))!r}")
+
+
+def read_photo_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a photo file, refusing a missing file, a folder or a file far too large.
+
+    Raises
+    ------
+    InputFileError
+        The file does not exist, is a folder, or cannot be read.
+    ImageTooLargeError
+        The file is larger than any photo of a score sheet needs (``MAX_FILE_BYTES``).
+    """
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -376,8 +390,7 @@ def load_photo(path: str | os.PathLike, *, max_long_side: int | None = 2000) -> 
             f"{MAX_FILE_BYTES / 1e6:.0f} MB a photo of a score sheet needs.",
             hint="Send a normal phone photo (JPEG or HEIC, 12 MP is plenty).")
     try:
-        data = p.read_bytes()
+        return p.read_bytes()
     except OSError as e:
         raise InputFileError(f"cannot read photo file {str(p)!r}: {e.strerror}.",
                              hint="Check the path and its permissions.") from None
-    return decode_photo(data, max_long_side=max_long_side, name=f"photo {str(p)!r}")
