@@ -68,6 +68,20 @@ def ink_map(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     return np.clip(1.0 - g / np.maximum(bg, 1.0), 0.0, 1.0)
 
 
+def paper_level(img: np.ndarray, *, background_px: float) -> np.ndarray:
+    """The local paper brightness of ``img`` (grey or per channel, same shape and dtype):
+    a dilation (ink is darker than paper) then a box blur over ``background_px``, computed at
+    quarter resolution and upsampled (the same for a smooth background, a fraction of the cost).
+    Photo and reference ink maps both use it, so they stay comparable."""
+    h, w = img.shape[:2]
+    f = 4
+    small = cv2.resize(img, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
+    kk = max(3, int(background_px / f) | 1)
+    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
+    bg = cv2.blur(bg, (kk, kk))
+    return cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
+
+
 def achromatic_ink(rgb: np.ndarray, *, background_px: float) -> np.ndarray:
     """Ink that is dark in *every* channel relative to the local paper, 0..1 float32.
 
@@ -75,14 +89,8 @@ def achromatic_ink(rgb: np.ndarray, *, background_px: float) -> np.ndarray:
     photo locally); the brightest ratio is kept. Black print is dark in all three channels;
     a pencil colour is bright in at least one, so colouring over the print barely moves the
     alignment (and coloured print is discounted equally in the reference)."""
-    h, w = rgb.shape[:2]
-    f = 4
-    small = cv2.resize(rgb, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
-    kk = max(3, int(background_px / f) | 1)
-    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
-    bg = cv2.blur(bg, (kk, kk))
-    bg = cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
-    r = cv2.divide(rgb, cv2.max(bg, 1), scale=1.0, dtype=cv2.CV_32F)
+    r = cv2.divide(rgb, cv2.max(paper_level(rgb, background_px=background_px), 1), scale=1.0,
+                   dtype=cv2.CV_32F)
     top = cv2.max(cv2.max(r[..., 0], r[..., 1]), r[..., 2])
     return cv2.max(1.0 - top, 0.0)
 

@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
-                                 project, reference_render)
+                                 paper_level, project, reference_render)
 from vision.locate import SheetLocation
 
 __all__ = ["RectifiedSheet", "rectify_sheet", "prepare", "measure_alignment", "frame_position"]
@@ -216,14 +216,8 @@ def _median_misalignment(shifts, weight) -> float | None:
 def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     """:func:`ink_map` with the paper level estimated at quarter resolution (same result for
     a smooth background, a fraction of the cost)."""
-    h, w = grey.shape
-    f = 4
-    small = cv2.resize(grey, (max(1, w // f), max(1, h // f)), interpolation=cv2.INTER_AREA)
-    kk = max(3, int(background_px / f) | 1)
-    bg = cv2.dilate(small, cv2.getStructuringElement(cv2.MORPH_RECT, (kk, kk)))
-    bg = cv2.blur(bg, (kk, kk))
-    bg = cv2.resize(bg, (w, h), interpolation=cv2.INTER_LINEAR)
-    r = cv2.divide(grey, cv2.max(bg, 1), scale=1.0, dtype=cv2.CV_32F)
+    r = cv2.divide(grey, cv2.max(paper_level(grey, background_px=background_px), 1), scale=1.0,
+                   dtype=cv2.CV_32F)
     return cv2.max(1.0 - r, 0.0)
 
 
