@@ -88,11 +88,10 @@ def load_heldout_sets() -> dict:
     SimulatorError
         naming every problem in the file.
     """
-    try:
-        doc = json.loads(HELDOUT_PATH.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise SimulatorError(f"cannot read the held-out pencil sets {HELDOUT_PATH}: {e}",
-                             hint="Restore calibration/palettes/heldout.json from the repository.")
+    from sheetcheck.files import read_json_file
+
+    doc = read_json_file(HELDOUT_PATH, what="the held-out pencil sets file", error=SimulatorError,
+                         hint="Restore calibration/palettes/heldout.json from the repository.")
     problems = []
     if doc.get("format") != "sheetcheck.heldout_pencils/1":
         problems.append(f"format must be 'sheetcheck.heldout_pencils/1', got {doc.get('format')!r}")

@@ -35,11 +35,10 @@ class SimulatorError(SheetcheckError):
 @lru_cache(maxsize=1)
 def load_brands() -> dict:
     """The simulated pencil brands (``calibration/palettes/brands.json``), validated."""
-    try:
-        doc = json.loads(BRANDS_PATH.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise SimulatorError(f"cannot read pencil brands {BRANDS_PATH}: {e}",
-                             hint="Restore calibration/palettes/brands.json from the repository.")
+    from sheetcheck.files import read_json_file
+
+    doc = read_json_file(BRANDS_PATH, what="the pencil brands file", error=SimulatorError,
+                         hint="Restore calibration/palettes/brands.json from the repository.")
     problems = []
     if doc.get("format") != "sheetcheck.brands/1":
         problems.append(f"format must be 'sheetcheck.brands/1', got {doc.get('format')!r}")
