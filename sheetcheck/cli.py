@@ -101,16 +101,41 @@ def _build_parser() -> argparse.ArgumentParser:
                                                      "(default: PHOTO.overlay.png beside the photo)")
     s.add_argument("--json", action="store_true", help="print the whole report as JSON")
 
-    s = sub.add_parser("batch", help="check every photo in a folder or zip; resumable report",
-                       description="Check many photos in parallel, store every result in SQLite as "
-                                   "it is made (re-runs skip photos already done), and write "
-                                   "results.csv, results.json and index.html.")
-    s.add_argument("source", help="folder (searched recursively) or .zip of photos")
-    s.add_argument("--out", required=True, help="report folder")
+    s = sub.add_parser("batch", help="check every photo in a folder or zip; then settle the "
+                                     "doubtful sheets (show, fix)",
+                       usage="sheetcheck batch SOURCE --out REPORT_DIR [--manifest CSV] "
+                             "[--workers N] [--dask tcp://HOST:PORT] [--no-progress]\n"
+                             "       sheetcheck batch show REPORT_DIR [PHOTO] [--json]\n"
+                             "       sheetcheck batch fix REPORT_DIR PHOTO REGION=MARK "
+                             "[REGION=MARK ...] [--by NAME] [--json]",
+                       description="SOURCE --out: check many photos in parallel, store every "
+                                   "result in SQLite as it is made (re-runs skip photos already "
+                                   "done), and write results.csv, results.json and index.html "
+                                   "(sheets needing review first).\n"
+                                   "show: list the sheets by verdict with the regions to look "
+                                   "at; with PHOTO, its revisions and corrections.\n"
+                                   "fix: record a person's reading of regions (after looking at "
+                                   "the overlay) as a new revision, re-scored; the report files "
+                                   "are rewritten. PHOTO is the file name as in results.csv or a "
+                                   "sha256 prefix (6+ hex digits).",
+                       epilog="exit codes: batch 0, or 1 when some photos could not be checked; "
+                              "show 0; fix 0 OK, 3 DISCREPANCY, 4 still NEEDS REVIEW; "
+                              "2 usage, 40 bad REGION=MARK, 52 not a report folder, 53 unknown "
+                              "or ambiguous PHOTO (or one that could not be checked), 54 the "
+                              "photo was corrected meanwhile. A bad fix stores nothing.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("source", metavar="SOURCE|show|fix",
+                   help="folder (searched recursively) or .zip of photos; or `show` / `fix`")
+    s.add_argument("args", nargs="*", metavar="ARG",
+                   help="show: REPORT_DIR [PHOTO]; fix: REPORT_DIR PHOTO REGION=MARK ...")
+    s.add_argument("--out", help="report folder (required to run a batch)")
     s.add_argument("--manifest", help="CSV with columns file,player[,table]")
     s.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     s.add_argument("--dask", metavar="tcp://HOST:PORT", help="run on a Dask distributed cluster")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument("--json", action="store_true",
+                   help="show: the listing as JSON; fix: the new report as JSON")
+    s.add_argument("--by", metavar="NAME", help="fix: who made the correction (recorded)")
 
     s = sub.add_parser("serve", help="run the web service and the phone page",
                        description="Serve the HTTP API (docs/API.md) and the page at /. Settings "

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import html
 import os
+import shlex
 from pathlib import Path
 
-from sheetcheck.batch.export import VERDICT_ORDER, sort_rows
+from sheetcheck.batch.export import VERDICT_ORDER, correction_log, sort_rows, utc_time
 
 
 def asset_name(sha256: str) -> str:
@@ -32,6 +33,7 @@ h1{margin:0 0 .3em} .counts span{display:inline-block;margin-right:1em;padding:.
 .sheet img.overlay{max-width:520px;border:1px solid #ddd}
 table{border-collapse:collapse;font-size:.9em} td,th{padding:.1em .5em;border-bottom:1px solid #eee;text-align:left}
 td.n{text-align:right} .diff{color:#b30000;font-weight:bold} .muted{color:#777} pre{white-space:pre-wrap;max-width:60em}
+.fixed{background:#d9f3fb} code.cmd{display:block;background:#f4f4f4;padding:.3em;max-width:60em;overflow-wrap:anywhere}
 """
 
 
@@ -66,7 +68,11 @@ def _sheet(r: dict, out: Path) -> str:
             f'<b>{_e(r["file"])}</b><br>player {_e(r.get("player") or "?")}'
             + (f", table {_e(r['table_name'])}" if r.get("table_name") else "")]
     if r.get("revision"):
-        left.append(f'<br><span class="muted">revision {int(r["revision"])} (corrected)</span>')
+        log = correction_log(r)
+        who = ", ".join(dict.fromkeys(c["by"] for c in log if c["by"]))
+        left.append(f'<br><span class="fixed">revision {int(r["revision"])}: corrected'
+                    + (f" by {_e(who)}" if who else "")
+                    + f', {_e(utc_time(r.get("created_at")))}</span>')
     if thumb.exists():
         left.append(f'<br><a href="thumbs/{a}.jpg"><img class="thumb" src="thumbs/{a}.jpg" '
                     f'alt="photo"></a>')
@@ -95,13 +101,27 @@ def _sheet(r: dict, out: Path) -> str:
             mid.append("<p class=muted>uncertain but did not matter: " + _e(", ".join(
                 u["region"] for u in rep["uncertain_did_not_matter"])) + "</p>")
         if rep["corrections"]:
-            mid.append("<p>corrections: " + _e(", ".join(
-                f"{c['region']}: {c['read']} -> {c['mark']}" for c in rep["corrections"])) + "</p>")
+            mid.append("<p><b>corrections</b></p><table class=fixed><tr><th>region</th>"
+                       "<th>read</th><th>corrected to</th><th>revision</th><th>by</th>"
+                       "<th>when (UTC)</th></tr>" + "".join(
+                           f"<tr><td>{_e(c['region'])}</td><td>{_e(c['read'])}</td>"
+                           f"<td><b>{_e(c['mark'])}</b></td><td class=n>{_e(c['revision'])}</td>"
+                           f"<td>{_e(c['by'] or '')}</td><td>{_e(utc_time(c['at']))}</td></tr>"
+                           for c in correction_log(r)) + "</table>")
+        if rep["review"]:
+            # what the organiser types once they have looked at the overlay
+            cmd = (f"sheetcheck batch fix {shlex.quote(str(out.resolve()))} "
+                   f"{shlex.quote(r['file'])} "
+                   + " ".join(f"{u['region']}=MARK" for u in rep["review"][:6])
+                   + (" ..." if len(rep["review"]) > 6 else ""))
+            mid.append(f"<p class=muted>settle it with</p><code class=cmd>{_e(cmd)}</code>")
         mid.append("</div>")
         parts += mid
         if ov.exists():
+            caption = ("<br><span class=muted>overlay of the photo as read (revision 0): the "
+                       "corrections above are not drawn on it</span>" if rep["corrections"] else "")
             parts.append(f'<div><a href="overlays/{a}.png"><img class="overlay" '
-                         f'src="overlays/{a}.png" alt="overlay" loading="lazy"></a></div>')
+                         f'src="overlays/{a}.png" alt="overlay" loading="lazy"></a>{caption}</div>')
     parts.append("</div>")
     return "\n".join(parts)
 
@@ -135,9 +155,13 @@ def render_index(rows: list[dict], out: str | Path, *, title: str = "sheetcheck 
         counts[r.get("verdict") or "ERROR"] = counts.get(r.get("verdict") or "ERROR", 0) + 1
     count_html = "".join(f'<span class="{_vclass(v)}">{_e(v)}: {counts[v]}</span>'
                          for v in sorted(counts, key=lambda v: VERDICT_ORDER.get(v, 9)))
+    corrected = sum(1 for r in rows if r.get("revision"))
+    if corrected:
+        count_html += f'<span class="fixed">corrected by a person: {corrected}</span>'
+    count_html = f"{len(rows)} sheets (latest revision of each): {count_html}"
     return (f"<!doctype html>\n<html><head><meta charset=utf-8><title>{_e(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n<h1>{_e(title)}</h1>"
-            f"<div class=counts>{len(rows)} sheets: {count_html}</div>"
+            f"<div class=counts>{count_html}</div>"
             f"<p><a href=results.csv>results.csv</a> · <a href=results.json>results.json</a></p>"
             f"<h2>Rankings (score by the rules)</h2>{_rankings(rows)}"
             f"<h2>Sheets (review and discrepancies first)</h2>\n"

@@ -385,59 +385,139 @@ def run_batch(source, out, *, manifest=None, workers: int | None = None, dask=No
     return summary
 
 
-def correct_result(out, photo: str, fixes, *, write_reports: bool = True) -> dict:
+@dataclass(frozen=True)
+class FixOutcome:
+    """What a person's correction of a stored result did.
+
+    ``before`` and ``after`` are store rows (the revision corrected and the new one; equal when
+    nothing changed), ``added`` the corrections this fix made (``{region, read, mark, was}``:
+    ``was`` is the mark scored before), ``stored`` False when every correction was already
+    applied (no revision is added for a no-op).
+    """
+
+    before: dict
+    after: dict
+    added: tuple[dict, ...]
+    stored: bool
+
+    @property
+    def report(self) -> dict:
+        return self.after["report"]
+
+    @property
+    def revision(self) -> int:
+        return int(self.after["revision"])
+
+
+def fix_result(out, photo: str, fixes, *, by: str | None = None,
+               write_reports: bool = True) -> FixOutcome:
     """Re-score a stored result with a person's corrections, as a new revision (append-only).
+
+    Everything is checked before anything is written: an unknown folder, photo, region or mark
+    stores nothing and rewrites nothing.
 
     Parameters
     ----------
     out : str or Path
-        The batch's report folder.
+        The batch's report folder (it must already hold a batch's results.sqlite).
     photo : str
-        The photo's file name as stored (``results.csv``'s ``file``) or its sha256.
+        The photo's file name as stored (``results.csv``'s ``file``), its sha256 or a prefix of
+        it (at least 6 hex digits).
     fixes : mapping of region -> mark, or iterable of "REGION=MARK"
         Added to the corrections already applied in earlier revisions (a later one wins).
+    by : str, optional
+        Who made the correction (recorded with each correction it adds).
+    write_reports : bool
+        Rewrite results.csv, results.json and index.html after storing.
+
+    Returns
+    -------
+    FixOutcome
+
+    Raises
+    ------
+    NotAReportFolderError
+        when ``out`` is not a batch's report folder.
+    PhotoNotInReportError
+        when no stored photo (or several) matches ``photo``, or it could not be checked.
+    StateError
+        for invalid corrections (unknown region, a mark the region cannot carry).
+    ReportChangedError
+        when someone stored another revision of the photo meanwhile.
+    """
+    from calibration.template import get_template
+    from sheetcheck.batch.store import PhotoNotInReportError
+    from sheetcheck.report import build_report, parse_fixes, reads_from_json
+
+    with Store.open_report(out) as store:
+        sha = store.find(photo)
+        row = store.latest(sha)
+        rep = row["report"]
+        if rep is None:
+            raise PhotoNotInReportError(
+                f"no checked result for {row['file']!r} in {out}: the photo could not be checked "
+                f"({row.get('error_code')}: {(row.get('error') or '').splitlines()[0][:200]}), so "
+                "there are no readings to correct.",
+                hint="Fix the photo (or take a new one) and run the batch on it again.")
+        t = get_template(rep["template"]["id"])
+        if t.version != rep["template"]["version"]:
+            raise InputFileError(
+                f"{row['file']!r} was checked with template {t.id} v{rep['template']['version']}, "
+                f"now v{t.version}: its stored readings may not fit.",
+                hint="Check the photo again (a new batch folder) before correcting it.")
+        if isinstance(fixes, dict):
+            new = dict(fixes)
+        else:
+            fixes = list(fixes)
+            if not fixes:
+                from sheetcheck.errors import StateError
+                raise StateError("no corrections given.", hint="Give one or more REGION=MARK.")
+            new = parse_fixes(fixes, t)
+        prev = {c["region"]: c["mark"] for c in rep["corrections"]}
+        merged = {**prev, **new}
+        if merged == prev:
+            return FixOutcome(row, row, (), False)
+        report = build_report(t, reads_from_json(rep), fixes=merged, photo=rep.get("photo"),
+                              reader=rep.get("reader"), timings=rep.get("timings"))
+        doc = report.to_json()
+        now = time.time()
+        rev = int(row["revision"]) + 1
+        # the store's corrections also say when, in which revision and by whom each was made
+        log = {c["region"]: c for c in (row.get("corrections") or [])}
+        added = []
+        for c in doc["corrections"]:
+            if c["region"] in new and prev.get(c["region"]) != c["mark"]:
+                entry = {**c, "revision": rev, "by": by, "at": now}
+                added.append({**c, "was": rep["readings"][c["region"]]["mark"]
+                              if c["region"] in rep["readings"] else None})
+            else:
+                entry = {**log.get(c["region"], {}), **c}
+            log[c["region"]] = entry
+        item = PhotoItem(row["file"], None, sha, row.get("player"), row.get("table_name"))
+        rec = record_from_result(item, {"report": doc, "timings": row.get("timings")})
+        rec["corrections"] = [log[c["region"]] for c in doc["corrections"]]
+        store.add_revision(sha, rec, base_revision=int(row["revision"]))
+        after = store.latest(sha)
+        if write_reports:
+            _write_reports(store, out)
+    return FixOutcome(row, after, tuple(added), True)
+
+
+def _write_reports(store: Store, out) -> None:
+    from sheetcheck.batch.export import write_exports
+    from sheetcheck.batch.html import write_index
+    latest = store.rows()
+    write_exports(latest, out)
+    write_index(latest, out)
+
+
+def correct_result(out, photo: str, fixes, *, by: str | None = None,
+                   write_reports: bool = True) -> dict:
+    """Re-score a stored result with corrections (see :func:`fix_result`); the new report.
 
     Returns
     -------
     dict
-        The new revision's ``sheetcheck.report/1`` document.
-
-    Raises
-    ------
-    InputFileError
-        when no checked result matches ``photo``.
-    StateError
-        for invalid corrections.
+        The latest revision's ``sheetcheck.report/1`` document.
     """
-    from calibration.template import get_template
-    from sheetcheck.report import build_report, parse_fixes, reads_from_json
-
-    with Store.in_folder(out) as store:
-        rows = [r for r in store.rows() if photo in (r["file"], r["sha256"])]
-        if not rows or rows[-1].get("report") is None:
-            raise InputFileError(f"no checked result for {photo!r} in {out}.",
-                                 hint="Name the photo as in results.csv (file) or by its sha256.")
-        row = rows[-1]
-        rep = row["report"]
-        t = get_template(rep["template"]["id"])
-        if t.version != rep["template"]["version"]:
-            raise InputFileError(
-                f"{photo!r} was checked with template {t.id} v{rep['template']['version']}, "
-                f"now v{t.version}: its stored readings may not fit.",
-                hint="Check the photo again (a new batch folder) before correcting it.")
-        new = fixes if isinstance(fixes, dict) else parse_fixes(fixes, t)
-        merged = {c["region"]: c["mark"] for c in rep["corrections"]}
-        merged.update(new)
-        report = build_report(t, reads_from_json(rep), fixes=merged, photo=rep.get("photo"),
-                              reader=rep.get("reader"), timings=rep.get("timings"))
-        doc = report.to_json()
-        item = PhotoItem(row["file"], None, row["sha256"], row.get("player"), row.get("table_name"))
-        rec = record_from_result(item, {"report": doc, "timings": row.get("timings")})
-        store.add_revision(row["sha256"], rec)
-        if write_reports:
-            from sheetcheck.batch.export import write_exports
-            from sheetcheck.batch.html import write_index
-            latest = store.rows()
-            write_exports(latest, out)
-            write_index(latest, out)
-    return doc
+    return fix_result(out, photo, fixes, by=by, write_reports=write_reports).report
