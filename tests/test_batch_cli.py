@@ -247,3 +247,15 @@ def test_a_correction_made_on_a_stale_revision_is_refused(rep):
         with pytest.raises(ReportChangedError, match="corrected by someone else meanwhile"):
             st.add_revision(row["sha256"], {"verdict": row["verdict"]}, base_revision=0)
         assert [h["revision"] for h in st.history(row["sha256"])] == [0, 1]
+
+
+def test_who_corrected_is_escaped_on_the_page_and_in_the_csv(rep, capsys):
+    row = _needs_review(rep)
+    u = row["report"]["review"][0]
+    hostile = '=HYPERLINK("x")<script>alert(1)</script>'
+    assert main(["batch", "fix", str(rep), row["file"], f"{u['region']}={u['read']}",
+                 "--by", hostile]) in (0, 3, 4)
+    assert f"{u['region']:<24} {u['read']} (confirmed as read)" in capsys.readouterr().out
+    page = (rep / "index.html").read_text()
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert _csv(rep)[row["file"]]["corrected_by"] == "'" + hostile   # not a spreadsheet formula
