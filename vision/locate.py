@@ -358,23 +358,36 @@ def _marker_side(c: np.ndarray) -> float:
     return float(np.mean(np.linalg.norm(c - np.roll(c, -1, 0), axis=1)))
 
 
+#: A marker is dropped as inconsistent only when the others' prediction misses it by more than
+#: one marker side *and* by more than this fraction of its distance to the nearest other marker.
+#: A misread id lands at another corner of the page (a miss of about that distance, ratio >= 1);
+#: on 150 simulated hard photos (curl up to 20 mm, k1 down to -0.15, 40 degree tilt) true
+#: markers predicted from the other two or three missed by up to 4.6 sides but at most 0.34 of
+#: that distance: a one-side limit alone dropped true markers in 7 photos and left their
+#: homography 20-100 px off.
+MARKER_CONSISTENCY_REACH = 0.5
+
+
 def _consistent_markers(t: Template, found: dict, mids: list[int]) -> tuple[list[int], list[int]]:
     """Drop markers that disagree with the others (a misread id, a marker-like doodle):
-    leave-one-out prediction of each marker's corners must agree within one marker side. A
-    misread id lands a page-width away; a curled page or a wide-angle lens moves a true marker
-    by a fraction of its side only, so the tolerance is generous."""
+    the leave-one-out prediction of each marker's corners must agree within one marker side or
+    within :data:`MARKER_CONSISTENCY_REACH` of its distance to the other markers. A misread id
+    lands a page-width away; a curled page, a wide-angle lens and the extrapolation from two or
+    three small squares under a steep perspective move a true marker by a fraction of that."""
     mids = list(mids)
     dropped = []
     while len(mids) >= 3:
         worst, worst_err = None, 0.0
         for mid in mids:
-            H = _marker_h(t, found, [m for m in mids if m != mid])
+            others = [m for m in mids if m != mid]
+            H = _marker_h(t, found, others)
             if H is None:
                 continue
             mk = next(m for m in t.markers if m.id == mid)
             err = float(np.max(np.linalg.norm(project(H, mk.corners_mm()) - found[mid], axis=1)))
             rel = err / max(_marker_side(found[mid]), 1.0)
-            if rel > 1.0 and rel > worst_err:
+            reach = min(float(np.linalg.norm(found[mid].mean(0) - found[o].mean(0))) for o in others)
+            if rel > 1.0 and err > MARKER_CONSISTENCY_REACH * reach and rel > worst_err:
                 worst, worst_err = mid, rel
         if worst is None:
             break
@@ -910,24 +923,34 @@ def _locate_by_global_features(image_grey, cands):
     return out
 
 
-def print_score(image: np.ndarray, H: np.ndarray, t: Template) -> float:
+def _print_ink(image: np.ndarray, H: np.ndarray, t: Template, dpi: float = 50.0) -> np.ndarray:
+    """The photo's achromatic ink in ``t``'s frame at ``dpi`` under ``H`` (unblurred)."""
+    rgb = warp_to_frame(image, H, dpi, frame_size(t, dpi), border_value=(255, 255, 255))
+    return achromatic_ink(rgb, background_px=dpi / MM_PER_INCH * 8)
+
+
+def print_score(image: np.ndarray, H: np.ndarray, t: Template, *,
+                ink: np.ndarray | None = None) -> float:
     """How well the *printed* sheet matches template ``t`` under ``H`` (about -1..1).
 
     Achromatic ink (dark in every colour channel) of the RGB photo at 50 dpi, so pencil colour
     barely counts; compared tile by tile, each tile allowed to slide by up to 2 mm, so a curl or
     a slightly worse registration of one candidate does not decide between similar templates
-    (the levels of one game): their printed differences do."""
+    (the levels of one game): their printed differences do. ``ink``: :func:`_print_ink` of the
+    same photo and ``H``, when already computed (several templates under one ``H``)."""
     dpi = 50.0
-    size = frame_size(t, dpi)
     key = (t.id, t.version, t.source, "achromatic", dpi)
     ref = _ref_ink_cache.get(key)
     if ref is None:
         r = np.asarray(reference_render(t, dpi=dpi, markers=False))
         ref = _blurred(achromatic_ink(r, background_px=dpi / MM_PER_INCH * 8), 1.0).astype(np.float32)
         _ref_ink_cache[key] = ref
-    rgb = warp_to_frame(image, H, dpi, size, border_value=(255, 255, 255))
-    ink = _blurred(achromatic_ink(rgb, background_px=dpi / MM_PER_INCH * 8), 1.0).astype(np.float32)
+    if ink is None:
+        ink = _print_ink(image, H, t, dpi)
+    ink = _blurred(ink, 1.0).astype(np.float32)
     h, w = ref.shape
+    if ink.shape != ref.shape:
+        return 0.0
     m = 4  # px of slide each way (2 mm at 50 dpi)
     num = den = 0.0
     for ys in np.array_split(np.arange(h), 4):
@@ -953,11 +976,19 @@ def _ach_ref(t: Template, dpi: float = 50.0) -> np.ndarray:
     return ref
 
 
-def _pairwise(image, a, b, dpi: float = 50.0) -> float | None:
+def _pairwise(image, a, b, dpi: float = 50.0, *, inks: dict | None = None,
+              homographies: Sequence[np.ndarray] | None = None) -> float | None:
     """Evidence for option ``a`` over ``b`` (each ``(template, H)``): the correlation of the
     photo's achromatic ink with each template's print *only where the two prints differ*
     (a level's extra glyphs, rows, labels). Positive favours ``a``; None if they do not differ
-    or differ in page size."""
+    or differ in page size.
+
+    Both prints are compared with the *same* warped photo, under each of ``homographies``
+    (default: ``a``'s and ``b``'s), and the differences averaged: with each template under its
+    own homography, the better-registered one won whatever was printed (a crypts-3 photo was
+    read as crypts-1 because only crypts-1's registration had been polished by ECC). Pass only
+    well-registered homographies: one 5 mm off still favours whichever print is denser where
+    the photo's print happens to fall. ``inks``: ``{id(H): achromatic ink}`` cache."""
     ta, Ha = a
     tb, Hb = b
     ra, rb = _ach_ref(ta, dpi), _ach_ref(tb, dpi)
@@ -967,26 +998,50 @@ def _pairwise(image, a, b, dpi: float = 50.0) -> float | None:
     W = diff > 0.05
     if W.sum() < 50:
         return None
-    size = frame_size(ta, dpi)
-
-    def ink(H):
-        rgb = warp_to_frame(image, H, dpi, size, border_value=(255, 255, 255))
-        return _blurred(achromatic_ink(rgb, background_px=dpi / MM_PER_INCH * 8), 1.5)
-    sa = _ncc(ink(Ha), _blurred(ra, 1.5), W)
-    sb = _ncc(ink(Hb), _blurred(rb, 1.5), W)
-    return sa - sb
+    inks = {} if inks is None else inks
+    ba, bb = _blurred(ra, 1.5), _blurred(rb, 1.5)
+    ev = []
+    for H in (homographies if homographies else (Ha, Hb)):
+        if id(H) not in inks:
+            inks[id(H)] = _print_ink(image, H, ta, dpi)
+        ink = _blurred(inks[id(H)], 1.5)
+        ev.append(_ncc(ink, ba, W) - _ncc(ink, bb, W))
+    return float(np.mean(ev))
 
 
 def _identify(image, options):
     """Choose among ``[(template, H)]``: rank by :func:`print_score`, then let the runners-up
     challenge the leader where their prints differ (:func:`_pairwise`). Returns
-    ``(index, scores, margin)``; a margin near 0 means the photo cannot tell them apart."""
-    scores = [print_score(image, H, t) for t, H in options]
+    ``(index, scores, margin)``; a margin near 0 means the photo cannot tell them apart.
+
+    Every template is scored under every candidate homography of the same page size and keeps
+    its best: the homographies come from registering each template separately, with more or
+    less success (only the winner is polished by ECC), and the levels of one game share most
+    of their print, so any good registration serves them all."""
+    inks: dict = {}
+    scores = []
+    h_quality: dict = {}  # id(H) -> its best print score over the templates
+    for t, _ in options:
+        best_s = -1.0
+        for t2, H in options:
+            if (t2.width_mm, t2.height_mm) != (t.width_mm, t.height_mm):
+                continue
+            if id(H) not in inks:
+                inks[id(H)] = _print_ink(image, H, t)
+            ps = print_score(image, H, t, ink=inks[id(H)])
+            best_s = max(best_s, ps)
+            h_quality[id(H)] = max(h_quality.get(id(H), -1.0), ps)
+        scores.append(best_s)
     order = list(np.argsort(scores)[::-1][:3])
     best = order[0]
     margin = None
     for other in order[1:]:
-        ev = _pairwise(image, options[best], options[other])
+        ta = options[best][0]
+        # judge under the best-registered homographies of this page size (within 0.03)
+        same = [H for t2, H in options if (t2.width_mm, t2.height_mm) == (ta.width_mm, ta.height_mm)]
+        q_best = max(h_quality[id(H)] for H in same)
+        hs = [H for H in same if h_quality[id(H)] >= q_best - 0.03]
+        ev = _pairwise(image, options[best], options[other], inks=inks, homographies=hs)
         if ev is None:
             ev = scores[best] - scores[other]
         if ev < 0:
@@ -1036,7 +1091,17 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
         i, pscores, margin = _identify(image, opts)
         t, H = opts[i]
         details["identification"] = {o[0].id: round(float(ps), 4) for o, ps in zip(opts, pscores)}
-        score = registration_score(image_grey, H, t, markers=bool(details.get("markers_printed")))
+        mk = bool(details.get("markers_printed"))
+        score = registration_score(image_grey, H, t, markers=mk)
+        # Another candidate's homography may line up this template's print better (the levels
+        # of a game share most of it, and only the first-ranked registration had ECC).
+        for t2, H2 in opts:
+            if H2 is H or (t2.width_mm, t2.height_mm) != (t.width_mm, t.height_mm):
+                continue
+            s2 = registration_score(image_grey, H2, t, markers=mk)
+            if s2 > score + 0.01:
+                H, score = H2, s2
+                details["geometry_from"] = f"the registration of {t2.id}"
     else:
         margin = 1.0 if len(opts) == 1 else 0.0
     details["identification_margin"] = round(margin, 4)
