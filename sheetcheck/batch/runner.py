@@ -447,6 +447,7 @@ def fix_result(out, photo: str, fixes, *, by: str | None = None,
     """
     from calibration.template import get_template
     from sheetcheck.batch.store import PhotoNotInReportError
+    from sheetcheck.errors import StateError
     from sheetcheck.report import build_report, parse_fixes, reads_from_json
 
     with Store.open_report(out) as store:
@@ -470,9 +471,15 @@ def fix_result(out, photo: str, fixes, *, by: str | None = None,
         else:
             fixes = list(fixes)
             if not fixes:
-                from sheetcheck.errors import StateError
                 raise StateError("no corrections given.", hint="Give one or more REGION=MARK.")
-            new = parse_fixes(fixes, t)
+            try:
+                new = parse_fixes(fixes, t)
+            except StateError as e:
+                # the same problems, with this command's words (parse_fixes speaks of --fix)
+                raise StateError(f"{row['file']}: {e.message}",
+                                 hint=f"Give REGION=MARK with a region id of {t.id} as "
+                                      "`sheetcheck batch show REPORT_DIR PHOTO` lists them, and "
+                                      "one of the marks that region allows.") from None
         prev = {c["region"]: c["mark"] for c in rep["corrections"]}
         merged = {**prev, **new}
         if merged == prev:
