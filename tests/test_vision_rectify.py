@@ -9,6 +9,7 @@ import pytest
 
 from calibration.template import get_template, template_ids
 from vision._geom_render import MM_PER_INCH, frame_size, project, reference_render
+from vision.colour import SRGB_TO_LINEAR
 from vision._geom_synth import synth_photo, synthetic_template
 from vision.locate import SheetLocation, locate_sheet
 from vision.rectify import RectifiedSheet, frame_position, rectify_sheet
@@ -133,3 +134,57 @@ def test_prepare_builds_the_references_a_phone_photo_needs():
     assert rs.refinement["measure_dpi"] == rectify_mod.MEASURE_DPI_MAX
     assert set(rectify_mod._ref_cache) == built_r
     assert set(locate_mod._ref_ink_cache) == built_l
+
+
+def test_batched_phase_correlation_agrees_with_opencv():
+    # rectify measures all tiles of a pass in one batch of FFTs; each tile's estimate must be
+    # OpenCV's phase correlation (its float64 route: the float32 one rounds on flat peaks)
+    from vision.rectify import _gather, _phase_correlate, _rfft2
+
+    rng = np.random.default_rng(5)
+    T = 48
+    ref = cv2.GaussianBlur((rng.random((200, 200)) > 0.96).astype(np.float32), (0, 0), 1.2)
+    photo = cv2.warpAffine(ref, np.float32([[1, 0, 3], [0, 1, -2]]), (200, 200))
+    photo += rng.normal(0, 0.02, photo.shape).astype(np.float32)
+    win = cv2.createHanningWindow((T, T), cv2.CV_32F)
+    yx = np.array([[20, 30], [60, 100], [120, 40], [140, 140], [0, 0]])
+    dx, dy, resp = _phase_correlate(_rfft2(_gather(ref, yx, T) * win), _gather(photo, yx, T), win)
+    for k, (y, x) in enumerate(yx):
+        a = (ref[y:y + T, x:x + T] * win).astype(np.float64)
+        b = (photo[y:y + T, x:x + T] * win).astype(np.float64)
+        (ex, ey), er = cv2.phaseCorrelate(a, b)
+        assert abs(dx[k] - ex) < 2e-3 and abs(dy[k] - ey) < 2e-3 and abs(resp[k] - er) < 2e-3
+    # photo(q + shift) ~ ref(q): the content moved by (+3, -2) px
+    assert np.allclose(dx, 3, atol=0.3) and np.allclose(dy, -2, atol=0.3), (dx, dy)
+    empty = _phase_correlate(_rfft2(np.zeros((0, T, T), np.float32)), np.zeros((0, T, T), np.float32), win)
+    assert all(v.shape == (0,) for v in empty)
+
+
+def test_light_samples_equal_the_full_illumination():
+    # The light stage computes the illumination only at the pixels the reader samples; those
+    # values must be the full-size upsampled illumination's, to float rounding, also in the
+    # rows and columns past the last whole block (sides 203 x 157 are not multiples of 12).
+    from vision.light import normalise_light
+
+    rng = np.random.default_rng(3)
+    h, w = 157, 203
+    yy, xx = np.mgrid[0:h, 0:w]
+    shade = 0.55 + 0.4 * (xx / w) * (0.6 + 0.4 * yy / h)
+    img = np.clip(np.stack([shade * 250, shade * 235, shade * 210], -1), 0, 255).astype(np.uint8)
+    img[40:60, 50:120] = (200, 40, 40)  # a pencil mark on the paper
+    paper = np.ones((h, w), bool)
+    light = normalise_light(img, paper_mask=paper)
+    idx = rng.choice(h * w, 5000, replace=False)
+    idx = np.concatenate([idx, [h * w - 1, w - 1, (h - 1) * w]])  # corners past the blocks
+    full = light.illumination_full
+    assert full.shape == (h, w, 3) and full.dtype == np.float32
+    expect = (SRGB_TO_LINEAR[img.reshape(-1, 3)[idx]] / full.reshape(-1, 3)[idx])
+    fresh = normalise_light(img, paper_mask=paper)  # no full-size illumination built yet
+    got = fresh.sample(idx)
+    assert "illumination_full" not in fresh.__dict__
+    assert np.allclose(got, expect, rtol=2e-6, atol=1e-7)
+    # paper comes out white, the red mark stays red and was not taken for paper
+    paper_px = np.flatnonzero(((yy < 30) | (yy > 80)).reshape(-1))
+    assert np.allclose(np.median(fresh.sample(paper_px), 0), 1.0, atol=0.03)
+    mark = fresh.sample(np.array([50 * w + 80]))[0]
+    assert mark[0] > 3 * mark[1] and mark[0] > 3 * mark[2]

@@ -226,7 +226,7 @@ def decode_photo(data: bytes, *, max_long_side: int | None = 2000,
         # the requested size, so the result is never smaller than asked for.
         f = max_long_side / max(raw_w, raw_h)
         im.draft("RGB", (max(1, math.ceil(raw_w * f)), max(1, math.ceil(raw_h * f))))
-    if ImageFile.LOAD_TRUNCATED_IMAGES and fmt == "JPEG" and b"\xff\xd9" not in data[len(data) // 2:]:
+    if ImageFile.LOAD_TRUNCATED_IMAGES and fmt == "JPEG" and not _has_eoi(data):
         # Some other code in this process switched on Pillow's "fill truncated images with
         # grey" mode, so Pillow would not complain; a JPEG without its end-of-image marker
         # (FF D9; entropy-coded data never contains it) is cut off all the same.
@@ -305,7 +305,7 @@ def _jpeg_reduced_fast(data: bytes, im: Image.Image, fmt: str, orient: int,
         return None
     # No end-of-image marker: libjpeg would fill the missing rows with grey and only warn.
     # Pillow's path reports the truncation properly.
-    if b"\xff\xd9" not in data[len(data) // 2:]:
+    if not _has_eoi(data):
         return None
     try:
         import cv2
@@ -325,6 +325,12 @@ def _jpeg_reduced_fast(data: bytes, im: Image.Image, fmt: str, orient: int,
     if not rgb_out:
         a = cv2.cvtColor(a, cv2.COLOR_BGR2RGB)
     return _orient(a, orient)
+
+
+def _has_eoi(data: bytes) -> bool:
+    """Whether the second half of a JPEG holds an end-of-image marker (FF D9). Searched from
+    the end, where it sits, without copying the half (a slice of a 4 MB photo costs ~1 ms)."""
+    return data.rfind(b"\xff\xd9", len(data) // 2) >= 0
 
 
 def _orient(a: np.ndarray, orient: int) -> np.ndarray:

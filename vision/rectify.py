@@ -101,10 +101,70 @@ class _RefTiles:
         self.rc = np.argwhere(use)
         self.yx = np.stack([Y[use], X[use]], 1) if use.any() else np.zeros((0, 2), int)
         self.iso = iso[use]
-        self.patches = [np.ascontiguousarray(ref_ink[y:y + tile, x:x + tile]) for y, x in self.yx]
         self.window = cv2.createHanningWindow((tile, tile), cv2.CV_32F)
+        # The reference side of every phase correlation, once: the windowed tiles' spectra.
+        patches = _gather(ref_ink.astype(np.float32), self.yx, tile)
+        self.spectra = _rfft2(patches * self.window)
         self.cy = ys.astype(float) + tile / 2 - 0.5
         self.cx = xs.astype(float) + tile / 2 - 0.5
+
+
+try:  # scipy (a dependency of scikit-image) transforms float32 batches ~8x faster than numpy
+    from scipy.fft import irfft2 as _irfft2, rfft2 as _rfft2
+except ImportError:  # pragma: no cover
+    from numpy.fft import irfft2 as _irfft2, rfft2 as _rfft2
+
+
+def _gather(img: np.ndarray, yx: np.ndarray, tile: int) -> np.ndarray:
+    """The ``tile`` x ``tile`` patches of ``img`` at top-left corners ``yx`` (N, 2), (N, T, T)."""
+    if len(yx) == 0:
+        return np.zeros((0, tile, tile), img.dtype)
+    return np.lib.stride_tricks.sliding_window_view(img, (tile, tile))[yx[:, 0], yx[:, 1]]
+
+
+def _phase_correlate(ref_spectra: np.ndarray, tiles: np.ndarray, window: np.ndarray):
+    """``cv2.phaseCorrelate(ref, tile, window)`` for a batch of tiles at once.
+
+    The same estimate as OpenCV's (windowed cross-power spectrum normalised to unit magnitude,
+    peak of its inverse, weighted centroid over the 5 x 5 around the peak, clipped at the
+    borders; response = that window's sum over the tile's area), with every transform of the
+    batch in one call: ~3x faster than ~200 separate calls per photo. It agrees with OpenCV's
+    float64 route to ~1e-4 px; OpenCV's float32 route itself strays by up to ~0.2 px from it
+    on nearly flat correlation peaks.
+
+    Parameters
+    ----------
+    ref_spectra : (N, T, T // 2 + 1) complex ndarray
+        ``rfft2`` of the windowed reference tiles.
+    tiles : (N, T, T) float32 ndarray
+        The photo's tiles (not windowed).
+    window : (T, T) float32 ndarray
+
+    Returns
+    -------
+    dx, dy, response : (N,) float64 ndarrays
+    """
+    n, T = tiles.shape[0], tiles.shape[1]
+    if n == 0:
+        z = np.zeros(0)
+        return z, z, z
+    P = ref_spectra * np.conj(_rfft2(tiles * window))
+    C = P / (np.abs(P) + np.float32(np.finfo(np.float32).eps))
+    c = np.fft.fftshift(_irfft2(C, s=(T, T)), axes=(1, 2))  # (T even: OpenCV's quadrant swap)
+    k = c.reshape(n, -1).argmax(1)  # first maximum in row order, as cv2.minMaxLoc
+    py, px = np.divmod(k, T)
+    # 5 x 5 around the peak; outside the tile counts as zero (OpenCV clips the box there)
+    pad = np.pad(c, ((0, 0), (2, 2), (2, 2)))
+    off = np.arange(5)
+    w = pad[np.arange(n)[:, None, None], (py[:, None] + off)[:, :, None],
+            (px[:, None] + off)[:, None, :]].astype(np.float64)
+    s = w.sum((1, 2))
+    gy = (py[:, None] + off - 2).astype(np.float64)
+    gx = (px[:, None] + off - 2).astype(np.float64)
+    den = s + np.finfo(np.float64).eps / (T * T)  # OpenCV's DBL_EPSILON, on its unscaled sum
+    cy = (w.sum(2) * gy).sum(1) / den
+    cx = (w.sum(1) * gx).sum(1) / den
+    return T / 2 - cx, T / 2 - cy, s
 
 
 def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
@@ -125,16 +185,14 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
             mp, w, h = inside_map
             v = mp[cy, cx]
             ok &= (v[:, 0] >= -0.5) & (v[:, 0] <= w - 0.5) & (v[:, 1] >= -0.5) & (v[:, 1] <= h - 0.5)
-    for n in cand[ok]:
-        y, x = rt.yx[n]
-        # A copy: cv2.phaseCorrelate applies its window in place on array views.
-        p = photo_ink[y:y + T, x:x + T].copy()
-        (dx, dy), resp = cv2.phaseCorrelate(rt.patches[n].copy(), p, rt.window)
-        if resp < min_response or abs(dx) > max_shift or abs(dy) > max_shift:
-            continue
-        r, c = rt.rc[n]
-        shifts[r, c] = (dx, dy)
-        weight[r, c] = resp * min(1.0, rt.iso[n] * 4)
+    sel = cand[ok]
+    dx, dy, resp = _phase_correlate(rt.spectra[sel], _gather(photo_ink, rt.yx[sel], T), rt.window)
+    keep = (resp >= min_response) & (np.abs(dx) <= max_shift) & (np.abs(dy) <= max_shift)
+    sel, dx, dy, resp = sel[keep], dx[keep], dy[keep], resp[keep]
+    r, c = rt.rc[sel, 0], rt.rc[sel, 1]
+    shifts[r, c, 0] = dx
+    shifts[r, c, 1] = dy
+    weight[r, c] = resp * np.minimum(1.0, rt.iso[sel] * 4)
     return shifts, weight, (rt.cy, rt.cx)
 
 
