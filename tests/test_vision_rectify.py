@@ -136,10 +136,10 @@ def test_prepare_builds_the_references_a_phone_photo_needs():
     assert set(locate_mod._ref_ink_cache) == built_l
 
 
-def test_batched_phase_correlation_agrees_with_opencv():
-    # rectify measures all tiles of a pass in one batch of FFTs; each tile's estimate must be
-    # OpenCV's phase correlation (its float64 route: the float32 one rounds on flat peaks)
-    from vision.rectify import _gather, _phase_correlate, _rfft2
+def test_prewindowed_tiles_give_opencvs_estimates_bit_for_bit():
+    # rectify windows every tile of a pass in one product and calls phaseCorrelate without a
+    # window; the estimates must be exactly those of passing the window (no drift at all)
+    from vision.rectify import _gather
 
     rng = np.random.default_rng(5)
     T = 48
@@ -148,16 +148,12 @@ def test_batched_phase_correlation_agrees_with_opencv():
     photo += rng.normal(0, 0.02, photo.shape).astype(np.float32)
     win = cv2.createHanningWindow((T, T), cv2.CV_32F)
     yx = np.array([[20, 30], [60, 100], [120, 40], [140, 140], [0, 0]])
-    dx, dy, resp = _phase_correlate(_rfft2(_gather(ref, yx, T) * win), _gather(photo, yx, T), win)
+    refs, tiles = _gather(ref, yx, T) * win, _gather(photo, yx, T) * win
     for k, (y, x) in enumerate(yx):
-        a = (ref[y:y + T, x:x + T] * win).astype(np.float64)
-        b = (photo[y:y + T, x:x + T] * win).astype(np.float64)
-        (ex, ey), er = cv2.phaseCorrelate(a, b)
-        assert abs(dx[k] - ex) < 2e-3 and abs(dy[k] - ey) < 2e-3 and abs(resp[k] - er) < 2e-3
-    # photo(q + shift) ~ ref(q): the content moved by (+3, -2) px
-    assert np.allclose(dx, 3, atol=0.3) and np.allclose(dy, -2, atol=0.3), (dx, dy)
-    empty = _phase_correlate(_rfft2(np.zeros((0, T, T), np.float32)), np.zeros((0, T, T), np.float32), win)
-    assert all(v.shape == (0,) for v in empty)
+        expect = cv2.phaseCorrelate(ref[y:y + T, x:x + T].copy(), photo[y:y + T, x:x + T].copy(), win)
+        assert cv2.phaseCorrelate(refs[k], tiles[k]) == expect
+        # photo(q + shift) ~ ref(q): the content moved by (+3, -2) px
+        assert abs(expect[0][0] - 3) < 0.3 and abs(expect[0][1] + 2) < 0.3
 
 
 def test_light_samples_equal_the_full_illumination():
@@ -188,3 +184,18 @@ def test_light_samples_equal_the_full_illumination():
     assert np.allclose(np.median(fresh.sample(paper_px), 0), 1.0, atol=0.03)
     mark = fresh.sample(np.array([50 * w + 80]))[0]
     assert mark[0] > 3 * mark[1] and mark[0] > 3 * mark[2]
+
+
+def test_measure_alignment_finds_a_known_shift_and_refuses_tiny_tiles():
+    from vision.rectify import measure_alignment
+
+    t = TEMPLATES[0]
+    ref = np.asarray(reference_render(t, dpi=40.0, markers=True))
+    ink = (1.0 - cv2.cvtColor(ref, cv2.COLOR_RGB2GRAY).astype(np.float32) / 255.0)
+    moved = cv2.warpAffine(ink, np.float32([[1, 0, 2.0], [0, 1, 1.0]]), ink.shape[::-1])
+    shifts, weight, _ = measure_alignment(moved, ink, tile=32, stride=32, max_shift=6.0)
+    ok = weight > 0
+    assert ok.sum() >= 10
+    assert np.allclose(np.median(shifts[ok], axis=0), (2.0, 1.0), atol=0.15)
+    with pytest.raises(ValueError, match="at least 8 px"):
+        measure_alignment(moved, ink, tile=4, stride=32, max_shift=6.0)

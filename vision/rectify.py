@@ -28,6 +28,7 @@ Frame: output pixel (i, j) has its centre at (x, y) = ((j + 0.5), (i + 0.5)) px 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import cv2
@@ -102,17 +103,12 @@ class _RefTiles:
         self.yx = np.stack([Y[use], X[use]], 1) if use.any() else np.zeros((0, 2), int)
         self.iso = iso[use]
         self.window = cv2.createHanningWindow((tile, tile), cv2.CV_32F)
-        # The reference side of every phase correlation, once: the windowed tiles' spectra.
-        patches = _gather(ref_ink.astype(np.float32), self.yx, tile)
-        self.spectra = _rfft2(patches * self.window)
+        # The reference side of every phase correlation, windowed once (cv2.phaseCorrelate
+        # would multiply by the window in place, on a copy, at every call; the float32
+        # products are the same either way).
+        self.patches = _gather(ref_ink.astype(np.float32), self.yx, tile) * self.window
         self.cy = ys.astype(float) + tile / 2 - 0.5
         self.cx = xs.astype(float) + tile / 2 - 0.5
-
-
-try:  # scipy (a dependency of scikit-image) transforms float32 batches ~8x faster than numpy
-    from scipy.fft import irfft2 as _irfft2, rfft2 as _rfft2
-except ImportError:  # pragma: no cover
-    from numpy.fft import irfft2 as _irfft2, rfft2 as _rfft2
 
 
 def _gather(img: np.ndarray, yx: np.ndarray, tile: int) -> np.ndarray:
@@ -120,51 +116,6 @@ def _gather(img: np.ndarray, yx: np.ndarray, tile: int) -> np.ndarray:
     if len(yx) == 0:
         return np.zeros((0, tile, tile), img.dtype)
     return np.lib.stride_tricks.sliding_window_view(img, (tile, tile))[yx[:, 0], yx[:, 1]]
-
-
-def _phase_correlate(ref_spectra: np.ndarray, tiles: np.ndarray, window: np.ndarray):
-    """``cv2.phaseCorrelate(ref, tile, window)`` for a batch of tiles at once.
-
-    The same estimate as OpenCV's (windowed cross-power spectrum normalised to unit magnitude,
-    peak of its inverse, weighted centroid over the 5 x 5 around the peak, clipped at the
-    borders; response = that window's sum over the tile's area), with every transform of the
-    batch in one call: ~3x faster than ~200 separate calls per photo. It agrees with OpenCV's
-    float64 route to ~1e-4 px; OpenCV's float32 route itself strays by up to ~0.2 px from it
-    on nearly flat correlation peaks.
-
-    Parameters
-    ----------
-    ref_spectra : (N, T, T // 2 + 1) complex ndarray
-        ``rfft2`` of the windowed reference tiles.
-    tiles : (N, T, T) float32 ndarray
-        The photo's tiles (not windowed).
-    window : (T, T) float32 ndarray
-
-    Returns
-    -------
-    dx, dy, response : (N,) float64 ndarrays
-    """
-    n, T = tiles.shape[0], tiles.shape[1]
-    if n == 0:
-        z = np.zeros(0)
-        return z, z, z
-    P = ref_spectra * np.conj(_rfft2(tiles * window))
-    C = P / (np.abs(P) + np.float32(np.finfo(np.float32).eps))
-    c = np.fft.fftshift(_irfft2(C, s=(T, T)), axes=(1, 2))  # (T even: OpenCV's quadrant swap)
-    k = c.reshape(n, -1).argmax(1)  # first maximum in row order, as cv2.minMaxLoc
-    py, px = np.divmod(k, T)
-    # 5 x 5 around the peak; outside the tile counts as zero (OpenCV clips the box there)
-    pad = np.pad(c, ((0, 0), (2, 2), (2, 2)))
-    off = np.arange(5)
-    w = pad[np.arange(n)[:, None, None], (py[:, None] + off)[:, :, None],
-            (px[:, None] + off)[:, None, :]].astype(np.float64)
-    s = w.sum((1, 2))
-    gy = (py[:, None] + off - 2).astype(np.float64)
-    gx = (px[:, None] + off - 2).astype(np.float64)
-    den = s + np.finfo(np.float64).eps / (T * T)  # OpenCV's DBL_EPSILON, on its unscaled sum
-    cy = (w.sum(2) * gy).sum(1) / den
-    cx = (w.sum(1) * gx).sum(1) / den
-    return T / 2 - cx, T / 2 - cy, s
 
 
 def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
@@ -186,13 +137,18 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
             v = mp[cy, cx]
             ok &= (v[:, 0] >= -0.5) & (v[:, 0] <= w - 0.5) & (v[:, 1] >= -0.5) & (v[:, 1] <= h - 0.5)
     sel = cand[ok]
-    dx, dy, resp = _phase_correlate(rt.spectra[sel], _gather(photo_ink, rt.yx[sel], T), rt.window)
-    keep = (resp >= min_response) & (np.abs(dx) <= max_shift) & (np.abs(dy) <= max_shift)
-    sel, dx, dy, resp = sel[keep], dx[keep], dy[keep], resp[keep]
-    r, c = rt.rc[sel, 0], rt.rc[sel, 1]
-    shifts[r, c, 0] = dx
-    shifts[r, c, 1] = dy
-    weight[r, c] = resp * np.minimum(1.0, rt.iso[sel] * 4)
+    # every tile windowed in one product (a new array: phaseCorrelate gets no window and so
+    # changes nothing in place); the estimates are bit-identical to passing the window
+    tiles = _gather(photo_ink, rt.yx[sel], T) * rt.window
+    patches = rt.patches
+    pc = cv2.phaseCorrelate
+    est = [pc(patches[n], tiles[i]) for i, n in enumerate(sel)]
+    for n, ((dx, dy), resp) in zip(sel, est):
+        if resp < min_response or abs(dx) > max_shift or abs(dy) > max_shift:
+            continue
+        r, c = rt.rc[n]
+        shifts[r, c] = (dx, dy)
+        weight[r, c] = resp * min(1.0, rt.iso[n] * 4)
     return shifts, weight, (rt.cy, rt.cx)
 
 
@@ -220,6 +176,8 @@ def measure_alignment(photo_ink: np.ndarray, ref_ink: np.ndarray, *, tile: int, 
     centres : tuple of ndarrays
         Tile centre y and x (index coords).
     """
+    if tile < 8:
+        raise ValueError(f"tile must be at least 8 px, got {tile!r}")
     rt = _RefTiles(np.asarray(ref_ink, np.float32), tile, stride)
     return _measure_tiles(np.asarray(photo_ink, np.float32), rt, max_shift=max_shift, valid=valid)
 
@@ -276,7 +234,9 @@ def _fast_ink(grey: np.ndarray, *, background_px: float) -> np.ndarray:
     a smooth background, a fraction of the cost)."""
     r = cv2.divide(grey, cv2.max(paper_level(grey, background_px=background_px), 1), scale=1.0,
                    dtype=cv2.CV_32F)
-    return cv2.max(1.0 - r, 0.0)
+    # 1 - r, floored at 0, in place (r is ours): two passes fewer than new arrays
+    np.subtract(np.float32(1.0), r, out=r)
+    return np.maximum(r, np.float32(0.0), out=r)
 
 
 #: Measure alignment on achromatic ink (colour, see ``achromatic_ink``) rather than grey.
@@ -313,15 +273,19 @@ class _Field:
         return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
 
 
+@functools.lru_cache(maxsize=16)
 def _grid(size, step):
     """Coarse output grid (index coords) one cell beyond each side, for exact upsampling
-    with ``cv2.resize`` (see :func:`_upsample_map`)."""
+    with ``cv2.resize`` (see :func:`_upsample_map`). Cached (a few frame sizes recur for
+    every photo) and read-only: callers make new arrays from it."""
     w, h = size
     cw, ch = -(-w // step) + 2, -(-h // step) + 2
     gx = (np.arange(cw) - 1 + 0.5) * step - 0.5
     gy = (np.arange(ch) - 1 + 0.5) * step - 0.5
     X, Y = np.meshgrid(gx, gy)
-    return np.stack([X, Y], -1)
+    g = np.stack([X, Y], -1)
+    g.flags.writeable = False
+    return g
 
 
 def _upsample_map(coarse: np.ndarray, size, step) -> np.ndarray:
