@@ -82,7 +82,12 @@ def bench(photos: list[tuple[str, bytes]]) -> dict:
         for st, v in r.timings_ms.items():
             stages.setdefault(st, []).append(v)
         per.append({"photo": name, "decode_ms": round(d, 1), "read_ms": round(total, 1),
-                    "ratio": round(total / d, 3)})
+                    "ratio": round(total / d, 3),
+                    # what the reader worked from: the decode scale it chose and how many
+                    # decoded px fall on one px of the rectified sheet (< 1: upsampled)
+                    "decode_scale": round(float(r.details.get("decode_scale", 0.0)), 4),
+                    "photo_px_per_sheet_px": (r.details.get("refinement") or {}).get(
+                        "photo_px_per_frame_px")})
     med_d, med_r = statistics.median(decode), statistics.median(read)
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
@@ -95,10 +100,17 @@ def bench(photos: list[tuple[str, bytes]]) -> dict:
         "ratio_read_over_decode": round(med_r / med_d, 3),
         "median_ratio_per_photo": round(statistics.median(p["ratio"] for p in per), 3),
         "stage_medians_ms": {k: round(statistics.median(v), 1) for k, v in stages.items()},
+        "decode_scales": sorted({p["decode_scale"] for p in per}),
+        "photo_px_per_sheet_px_range": _range(p["photo_px_per_sheet_px"] for p in per),
         "peak_rss_mb": round(rss_kb / 1024, 1),
         "tracemalloc_peak_mb_one_read": round(peak_tm / 2 ** 20, 1),
         "per_photo": per,
     }
+
+
+def _range(values) -> list[float] | None:
+    v = [float(x) for x in values if x is not None]
+    return [round(min(v), 3), round(max(v), 3)] if v else None
 
 
 def run(args) -> int:
@@ -119,6 +131,9 @@ def run(args) -> int:
     print(f"  median read (whole pipeline) {res['median_read_ms']:8.1f} ms")
     print(f"  read / decode                {res['ratio_read_over_decode']:8.2f}")
     print("  stages (median ms): " + ", ".join(f"{k} {v:.0f}" for k, v in res["stage_medians_ms"].items()))
+    rng = res["photo_px_per_sheet_px_range"]
+    print("  decoded at scale " + ", ".join(f"{s:g}" for s in res["decode_scales"])
+          + (f"; {rng[0]:.2f}-{rng[1]:.2f} decoded px per px of the rectified sheet" if rng else ""))
     print(f"  peak RSS {res['peak_rss_mb']:.0f} MB, tracemalloc peak of one read "
           f"{res['tracemalloc_peak_mb_one_read']:.0f} MB")
     if args.json:
