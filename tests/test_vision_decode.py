@@ -194,6 +194,24 @@ def test_truncated_jpeg_is_reported_not_filled_with_grey(max_long_side):
         decode_photo(data[:len(data) // 2], max_long_side=max_long_side)
 
 
+def test_an_end_marker_in_the_first_half_does_not_hide_a_truncation():
+    # An EXIF thumbnail is a whole JPEG, FF D9 included, near the start of the file: only an
+    # end marker in the second half says the photo itself is complete.
+    from vision.decode import _has_eoi
+
+    rng = np.random.default_rng(4)
+    data = encode((rng.random((400, 600, 3)) * 255).astype(np.uint8), "JPEG", quality=90)
+    assert _has_eoi(data)
+    cut = data[:int(len(data) * 0.7)]
+    assert not _has_eoi(cut)
+    # an APP segment carrying an FF D9 right after the start of image
+    app = b"\xff\xe9" + struct.pack(">H", 2 + 6) + b"\x00\xff\xd9\x00\x00\x00"
+    early = cut[:2] + app + cut[2:]
+    assert early.find(b"\xff\xd9") < 16 and not _has_eoi(early)
+    with pytest.raises(CorruptImageError, match="truncated"):
+        decode_photo(early, max_long_side=100)
+
+
 def test_truncated_png_is_reported():
     rng = np.random.default_rng(2)
     data = encode((rng.random((300, 300, 3)) * 255).astype(np.uint8), "PNG")
