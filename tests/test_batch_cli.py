@@ -152,6 +152,15 @@ def test_fix_settles_a_needs_review_sheet_with_the_truth(rep, capsys):
         n = sum(r["verdict"] == v for r in _rows(rep))
         assert (f">{v}: {n}<" in counts) == (n > 0), v
     assert "corrected by a person: 1" in counts
+    # the corrected revision's own overlay, drawn on the photo the batch kept (rectified/),
+    # next to the untouched picture of revision 0
+    assert (rep / "rectified" / f"{sha}.jpg").stat().st_size > 10_000
+    ov0, ov = rep / "overlays" / f"{sha}.png", rep / "overlays" / f"{sha}.rev{rev}.png"
+    assert ov.stat().st_size > 10_000 and ov.read_bytes() != ov0.read_bytes()
+    assert f'src="overlays/{sha}.rev{rev}.png"' in card and f'href="overlays/{sha}.png"' in card
+    from PIL import Image
+    with Image.open(ov) as a, Image.open(ov0) as b:
+        assert a.width == b.width      # the same sheet at the same dpi (the panel sets the height)
 
     # the same fix again stores nothing
     n = len(_rows(rep, latest=False))

@@ -20,6 +20,25 @@ def asset_name(sha256: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in sha256)
 
 
+def revision_overlay_name(sha256: str, revision: int) -> str:
+    """File name (in overlays/) of a photo's overlay: revision 0 as checked, later ones corrected."""
+    return f"{asset_name(sha256)}.png" if not revision else f"{asset_name(sha256)}.rev{revision}.png"
+
+
+def latest_overlay(r: dict, out: Path) -> tuple[str, int] | None:
+    """The newest overlay picture of a row's photo: (name in overlays/, its revision), or None.
+
+    A corrected revision has its own overlay (corrections boxed) when the batch kept the
+    rectified sheet; otherwise the page falls back to the picture of the photo as read.
+    """
+    rev = int(r.get("revision") or 0)
+    for n in (rev, 0) if rev else (0,):
+        name = revision_overlay_name(r["sha256"], n)
+        if (out / "overlays" / name).exists():
+            return name, n
+    return None
+
+
 def _e(v) -> str:
     return html.escape("" if v is None else str(v), quote=True)
 
@@ -61,7 +80,6 @@ def _breakdown(rep: dict) -> str:
 def _sheet(r: dict, out: Path) -> str:
     a = asset_name(r["sha256"])
     thumb = out / "thumbs" / f"{a}.jpg"
-    ov = out / "overlays" / f"{a}.png"
     rep = r.get("report")
     parts = [f'<div class="sheet" id="s-{_e(a[:16])}">']
     left = [f'<div><b class="{_vclass(r.get("verdict"))}">{_e(r.get("verdict"))}</b> '
@@ -117,11 +135,20 @@ def _sheet(r: dict, out: Path) -> str:
             mid.append(f"<p class=muted>settle it with</p><code class=cmd>{_e(cmd)}</code>")
         mid.append("</div>")
         parts += mid
-        if ov.exists():
-            caption = ("<br><span class=muted>overlay of the photo as read (revision 0): the "
-                       "corrections above are not drawn on it</span>" if rep["corrections"] else "")
-            parts.append(f'<div><a href="overlays/{a}.png"><img class="overlay" '
-                         f'src="overlays/{a}.png" alt="overlay" loading="lazy"></a>{caption}</div>')
+        shown = latest_overlay(r, out)
+        if shown is not None:
+            name, n = shown
+            if n:
+                caption = (f"<br><span class=muted>overlay of revision {n}: corrected regions "
+                           f"boxed in cyan; <a href=\"overlays/{a}.png\">the photo as read "
+                           f"(revision 0)</a></span>")
+            elif rep["corrections"]:
+                caption = ("<br><span class=muted>overlay of the photo as read (revision 0): the "
+                           "corrections above are not drawn on it</span>")
+            else:
+                caption = ""
+            parts.append(f'<div><a href="overlays/{name}"><img class="overlay" '
+                         f'src="overlays/{name}" alt="overlay" loading="lazy"></a>{caption}</div>')
     parts.append("</div>")
     return "\n".join(parts)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sheetcheck.batch.export import VERDICT_ORDER, correction_log, sort_rows, utc_time
-from sheetcheck.batch.html import asset_name
+from sheetcheck.batch.html import latest_overlay
 
 #: In the list of every sheet, at most this many review regions are printed per sheet (a sheet
 #: the reader could hardly read can have a hundred; ``show REPORT_DIR PHOTO`` prints them all).
@@ -34,11 +34,12 @@ def sheet_view(r: dict, out: str | Path) -> dict:
     """One sheet's latest revision as the organiser sees it in the list."""
     out = Path(out)
     rep = r.get("report")
-    ov = out / "overlays" / f"{asset_name(r['sha256'])}.png"
+    shown = latest_overlay(r, out)
     v = {"file": r["file"], "sha256": r["sha256"], "player": r.get("player"),
          "table": r.get("table_name"), "template": r.get("template"), "verdict": r.get("verdict"),
          "revision": r.get("revision"), "score": r.get("score"), "claimed": r.get("claimed"),
-         "overlay": str(ov) if ov.exists() else None,
+         "overlay": str(out / "overlays" / shown[0]) if shown else None,
+         "overlay_revision": shown[1] if shown else None,
          "corrections": correction_log(r)}
     if rep is None:
         v["error_code"], v["error"] = r.get("error_code"), r.get("error")
@@ -158,8 +159,10 @@ def format_photo(view: dict) -> str:
     if rep is not None:
         lines.append(f"verdict  {rep['summary']}")
     if view["overlay"]:
-        lines.append(f"overlay  {view['overlay']}"
-                     + ("  (the photo as read, revision 0)" if view["revision"] else ""))
+        n = view["overlay_revision"]
+        lines.append(f"overlay  {view['overlay']}" + (
+            f"  (revision {n}: corrections boxed in cyan)" if n else
+            "  (the photo as read, revision 0)" if view["revision"] else ""))
     lines += ["", "revisions"]
     for h in view["revisions"]:
         if h["revision"] == 0:
@@ -212,5 +215,9 @@ def format_fix(outcome, out: str | Path) -> str:
     if a["verdict"] == "DISCREPANCY":
         lines += [f"  finding {f['rule']}: {f['message']}" for f in rep["findings"]
                   if f.get("severity") != "note"]
+    shown = latest_overlay(a, Path(out))
+    if shown is not None:
+        lines.append(f"overlay  {Path(out) / 'overlays' / shown[0]}"
+                     + ("  (corrections boxed in cyan)" if shown[1] else "  (the photo as read)"))
     lines.append(f"report   {Path(out) / 'index.html'} (results.csv, results.json rewritten)")
     return "\n".join(lines)

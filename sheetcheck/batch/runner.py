@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sheetcheck.batch.html import asset_name
+import numpy as np
+
+from sheetcheck.batch.html import asset_name, revision_overlay_name
 from sheetcheck.batch.inputs import PhotoItem, list_photos
 from sheetcheck.batch.store import Store
 from sheetcheck.errors import InputFileError, SheetcheckError
@@ -73,6 +75,26 @@ def thumbnail_jpeg(data: bytes, *, size: int = THUMB_PX) -> bytes | None:
         return None
 
 
+def rectified_jpeg(report, *, dpi: float) -> bytes | None:
+    """The report's rectified sheet at ``dpi`` as a JPEG (None when the report has none).
+
+    Kept in the report folder so that a corrected revision's overlay can be drawn on the photo
+    later, without the photo.
+    """
+    from PIL import Image
+    if report.rectified is None:
+        return None
+    t = report.template
+    # the overlay's own size for this dpi (sheetcheck.overlay draws the sheet at this size)
+    size = (int(round(t.width_mm * dpi / 25.4)), int(round(t.height_mm * dpi / 25.4)))
+    im = Image.fromarray(np.ascontiguousarray(report.rectified)).convert("RGB")
+    if im.size != size:
+        im = im.resize(size, Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
 def check_job(name: str, data: bytes, template_id: str | None = None,
               overlay_dpi: float | None = BATCH_OVERLAY_DPI) -> dict:
     """Check one photo in a worker; never raises (errors become the result's ``error``)."""
@@ -88,6 +110,7 @@ def check_job(name: str, data: bytes, template_id: str | None = None,
         t1 = time.perf_counter()
         if overlay_dpi:
             out["overlay_png"] = overlay_png_bytes(report, dpi=overlay_dpi)
+            out["rectified_jpeg"] = rectified_jpeg(report, dpi=overlay_dpi)
         out["timings"]["overlay"] = time.perf_counter() - t1
     except SheetcheckError as e:
         out["error_code"], out["error"] = e.code, str(e)
@@ -293,7 +316,7 @@ def run_batch(source, out, *, manifest=None, workers: int | None = None, dask=No
     t0 = time.perf_counter()
     out = Path(out)
     sources = list_photos(source, manifest=manifest)
-    for sub in ("overlays", "thumbs"):
+    for sub in ("overlays", "thumbs", "rectified"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     store = Store.in_folder(out)
     summary = BatchSummary(total=len(sources), out=out)
@@ -308,6 +331,9 @@ def run_batch(source, out, *, manifest=None, workers: int | None = None, dask=No
             _write_atomic(out / "overlays" / f"{asset_name(item.sha256)}.png", result["overlay_png"])
         if result.get("thumb_jpeg"):
             _write_atomic(out / "thumbs" / f"{asset_name(item.sha256)}.jpg", result["thumb_jpeg"])
+        if result.get("rectified_jpeg"):
+            _write_atomic(out / "rectified" / f"{asset_name(item.sha256)}.jpg",
+                          result["rectified_jpeg"])
         store.add(rec)
         summary.processed += 1
         summary.errors += rec["verdict"] == "ERROR"
@@ -484,8 +510,11 @@ def fix_result(out, photo: str, fixes, *, by: str | None = None,
         merged = {**prev, **new}
         if merged == prev:
             return FixOutcome(row, row, (), False)
+        rect = _load_rectified(Path(out), sha)
         report = build_report(t, reads_from_json(rep), fixes=merged, photo=rep.get("photo"),
-                              reader=rep.get("reader"), timings=rep.get("timings"))
+                              reader=rep.get("reader"), timings=rep.get("timings"),
+                              rectified=rect,
+                              rectified_dpi=BATCH_OVERLAY_DPI if rect is not None else None)
         doc = report.to_json()
         now = time.time()
         rev = int(row["revision"]) + 1
@@ -503,11 +532,29 @@ def fix_result(out, photo: str, fixes, *, by: str | None = None,
         item = PhotoItem(row["file"], None, sha, row.get("player"), row.get("table_name"))
         rec = record_from_result(item, {"report": doc, "timings": row.get("timings")})
         rec["corrections"] = [log[c["region"]] for c in doc["corrections"]]
-        store.add_revision(sha, rec, base_revision=int(row["revision"]))
+        rev = store.add_revision(sha, rec, base_revision=int(row["revision"]))
+        if rect is not None:
+            # after the row: a revision whose picture is missing falls back to revision 0's
+            from sheetcheck.overlay import overlay_png_bytes
+            _write_atomic(Path(out) / "overlays" / revision_overlay_name(sha, rev),
+                          overlay_png_bytes(report, dpi=BATCH_OVERLAY_DPI))
         after = store.latest(sha)
         if write_reports:
             _write_reports(store, out)
     return FixOutcome(row, after, tuple(added), True)
+
+
+def _load_rectified(out: Path, sha256: str):
+    """The rectified sheet the batch kept for a photo, (H, W, 3) uint8, or None."""
+    path = out / "rectified" / f"{asset_name(sha256)}.jpg"
+    if not path.is_file():
+        return None  # a report folder made before rectified sheets were kept
+    from PIL import Image
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except OSError:
+        return None  # a damaged picture only costs the corrected overlay, never the fix
 
 
 def _write_reports(store: Store, out) -> None:
