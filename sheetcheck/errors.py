@@ -109,3 +109,26 @@ class InputFileError(SheetcheckError):
 
     code = "input_file"
     exit_code = 50
+
+
+class NotAReportFolderError(InputFileError):
+    """A folder named as a batch's report folder holds no batch results store."""
+
+    code = "not_a_report_folder"
+    exit_code = 52
+
+
+class PhotoNotInReportError(InputFileError):
+    """No stored photo (or more than one) matches the name or hash prefix given."""
+
+    code = "photo_not_in_report"
+    exit_code = 53
+    http_status = 404
+
+
+class ReportChangedError(InputFileError):
+    """The photo got a new revision between reading it and storing a correction."""
+
+    code = "report_changed"
+    exit_code = 54
+    http_status = 409

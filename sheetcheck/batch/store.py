@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sheetcheck.errors import InputFileError
+from sheetcheck.errors import (InputFileError, NotAReportFolderError,  # noqa: F401 (re-exported)
+                               PhotoNotInReportError, ReportChangedError)
 
 SCHEMA_VERSION = 1
 DB_NAME = "results.sqlite"
@@ -23,28 +24,6 @@ DB_NAME = "results.sqlite"
 #: several photos of any sizeable tournament).
 MIN_HASH_PREFIX = 6
 
-
-class NotAReportFolderError(InputFileError):
-    """A folder named as a batch's report folder holds no batch results store."""
-
-    code = "not_a_report_folder"
-    exit_code = 52
-
-
-class PhotoNotInReportError(InputFileError):
-    """No stored photo (or more than one) matches the name or hash prefix given."""
-
-    code = "photo_not_in_report"
-    exit_code = 53
-    http_status = 404
-
-
-class ReportChangedError(InputFileError):
-    """The photo got a new revision between reading it and storing a correction."""
-
-    code = "report_changed"
-    exit_code = 54
-    http_status = 409
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
