@@ -917,6 +917,80 @@ def _snap_quad_edges(quad: np.ndarray, white: np.ndarray) -> np.ndarray:
     return out
 
 
+def _page_quads_from_lines(image: np.ndarray, *, long_side: int = 640) -> list[np.ndarray]:
+    """Page outlines from straight edges, best first, (4, 2) px corners (project convention).
+
+    Long straight edges (Hough on the edges of the grey image with the print closed away) are
+    merged into lines; two roughly parallel pairs of lines at an angle make a quadrilateral,
+    scored like :func:`find_page_quad`'s by how much brighter it is than the table all along
+    its outline, times the square root of its area. For photos where the page does not stand
+    out by brightness alone; the print then decides (the page route's registration)."""
+    h, w = image.shape[:2]
+    f = min(1.0, long_side / max(h, w))
+    small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
+    g = _grey(small)
+    sh, sw = g.shape
+    k = max(3, int(min(sh, sw) * 0.02) | 1)
+    g = cv2.GaussianBlur(cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k))),
+                         (5, 5), 0)
+    med = float(np.median(g))
+    edges = cv2.Canny(g, 0.4 * med, 0.9 * med)
+    segs = cv2.HoughLinesP(edges, 1, np.pi / 360, threshold=40, minLineLength=0.12 * min(sh, sw),
+                           maxLineGap=6)
+    if segs is None:
+        return []
+    lines: list[list] = []  # [angle, offset, length, point, direction]
+    for x1, y1, x2, y2 in segs.reshape(-1, 4).astype(np.float64)[:400]:
+        d = np.array([x2 - x1, y2 - y1])
+        ln = float(np.linalg.norm(d))
+        d /= ln
+        if d[0] < 0 or (d[0] == 0 and d[1] < 0):
+            d = -d
+        nrm = np.array([-d[1], d[0]])
+        ang = float(np.arctan2(d[1], d[0]))
+        off = float(nrm @ np.array([x1, y1]))
+        for L_ in lines:
+            if abs(np.sin(ang - L_[0])) < 0.05 and abs(off - L_[1]) < 6:
+                L_[2] += ln
+                break
+        else:
+            lines.append([ang, off, ln, np.array([x1, y1]), d])
+    lines.sort(key=lambda L_: -L_[2])
+    lines = lines[:12]
+
+    def meet(a, b):
+        A = np.array([a[4], -b[4]]).T
+        if abs(np.linalg.det(A)) < 1e-6:
+            return None
+        s_, _ = np.linalg.solve(A, b[3] - a[3])
+        return a[3] + s_ * a[4]
+    pairs = [(i, j) for i in range(len(lines)) for j in range(i + 1, len(lines))
+             if abs(np.sin(lines[i][0] - lines[j][0])) < 0.57 and abs(lines[i][1] - lines[j][1]) > 0.15 * min(sh, sw)]
+    cands = []
+    for a, (i, j) in enumerate(pairs):
+        for (m, n) in pairs[a + 1:]:
+            if len({i, j, m, n}) < 4 or abs(np.sin(lines[i][0] - lines[m][0])) < 0.64:
+                continue
+            pts = [meet(lines[i], lines[m]), meet(lines[m], lines[j]), meet(lines[j], lines[n]),
+                   meet(lines[n], lines[i])]
+            if any(p is None for p in pts):
+                continue
+            q = np.array(pts)
+            if np.any(q < -0.02 * max(sh, sw)) or np.any(q[:, 0] > sw * 1.02) or np.any(q[:, 1] > sh * 1.02):
+                continue
+            if not cv2.isContourConvex(q.astype(np.float32).reshape(-1, 1, 2)):
+                continue
+            area = abs(cv2.contourArea(q.astype(np.float32)))
+            if area < 0.04 * sh * sw:
+                continue
+            contrast = _quad_contrast(g, q)
+            if contrast < 0.03:
+                continue
+            cands.append((np.sqrt(area) * min(contrast, 0.3), q))
+    cands.sort(key=lambda c: -c[0])
+    return [_order_quad((q + 0.5) / f) for _, q in cands[:3]]
+
+
 def _hull_to_quad(hull: np.ndarray) -> np.ndarray | None:
     peri = cv2.arcLength(hull, True)
     for eps in (0.01, 0.02, 0.03, 0.05, 0.08):
@@ -1366,6 +1440,17 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
         glob = _locate_by_global_features(image_grey, cands)
     use_glob = bool(glob and glob[0][0] >= MIN_REGISTRATION and (
         res is None or glob[0][0] > res[4]["candidates"][0]["correlation"] + 0.02))
+    if res is None and not use_glob and quad is None and image is not None:
+        # Last resort: the page's outline from its straight edges (a page on a table as bright
+        # as paper, or on a busy picture, that no threshold separates).
+        for q in _page_quads_from_lines(image)[:2]:
+            try:
+                res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
+                                      border_ok=border_ok, image=image, quad=q)
+            except (NoSheetFoundError, SheetCutOffError):
+                continue
+            res[4]["page_from"] = "straight edges"
+            break
     if res is None and not use_glob:
         raise err
     if use_glob:
