@@ -15,7 +15,9 @@ from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffE
 from vision._geom_render import marker_image, project
 from vision._geom_synth import synth_photo, synthetic_template
 from vision.decode import decode_photo
-from vision.locate import SheetLocation, find_page_quad, locate_sheet
+from vision.locate import (SheetLocation, _consistent_markers, _grey, _identify, _order_quad,
+                           _page_quads_from_lines, _snap_quad_edges, detect_markers, find_page_quad,
+                           locate_sheet)
 
 TEMPLATES = [synthetic_template(v) for v in range(4)]
 
@@ -222,3 +224,123 @@ def test_bundled_sheet_with_markers_homography_matches_the_truth(rotation):
     truth = project(np.array(sp.truth["homography"]), pts) * d.scale
     err = np.linalg.norm(project(loc.homography, pts) - truth, axis=1)
     assert err.max() < 1.5, err.max()
+
+
+# --- hard photos: unreadable markers, curled pages, similar levels, pages that blend in ------
+
+def _scramble_marker_bits(ph, t, *, seed: int = 0) -> np.ndarray:
+    """The photo with every marker's inner 4 x 4 cells painted over in grey blotches: the
+    squares stay, the ids cannot be read (what blur, glare or a small page do to real ones)."""
+    img = ph.image.copy()
+    rng = np.random.default_rng(seed)
+    for m in t.markers:
+        cell = m.size / 6
+        inner = np.array([[m.x + cell, m.y + cell], [m.x + 5 * cell, m.y + cell],
+                          [m.x + 5 * cell, m.y + 5 * cell], [m.x + cell, m.y + 5 * cell]])
+        poly = np.round(ph.true_px(inner) - 0.5).astype(np.int32)
+        cv2.fillConvexPoly(img, poly, tuple(int(v) for v in rng.integers(90, 160, 3)))
+    return img
+
+
+def test_no_marker_readable_page_found_by_the_marker_squares():
+    t = TEMPLATES[2]
+    ph = synth_photo(t, seed=21, rotation_deg=150, tilt=0.18)
+    img = _scramble_marker_bits(ph, t)
+    assert detect_markers(_grey(img)) == {}  # nothing readable left
+    loc = locate_sheet(img, templates=TEMPLATES)
+    assert loc.template.id == "test-2"
+    assert loc.details["markers_anchored"] == [8, 9, 10, 11] and loc.method == "markers"
+    assert loc.details["page_from"] == "unreadable marker squares"
+    assert region_error(loc, ph, t).max() < 1.0
+
+
+def test_two_read_markers_completed_by_the_other_two_squares():
+    t = TEMPLATES[3]
+    ph = synth_photo(t, seed=22, rotation_deg=-20)
+    img = ph.image.copy()
+    clean = _scramble_marker_bits(ph, t)
+    # markers 12 and 14 keep their bits, 13 and 15 lose them
+    for m in (t.markers[1], t.markers[3]):
+        box = ph.true_px(np.array([[m.x, m.y], [m.x + m.size, m.y + m.size]]))
+        (x0, y0), (x1, y1) = np.floor(box.min(0)).astype(int), np.ceil(box.max(0)).astype(int)
+        img[y0:y1, x0:x1] = clean[y0:y1, x0:x1]
+    loc = locate_sheet(img, templates=TEMPLATES)
+    assert loc.template.id == "test-3"
+    assert sorted(detect_markers(_grey(img))) == [12, 14]
+    assert loc.details["markers_anchored"] == [13, 15] and loc.markers_found == (12, 13, 14, 15)
+    assert region_error(loc, ph, t).max() < 1.0
+
+
+def _markers_seen(t, H, shift: dict | None = None) -> dict:
+    found = {m.id: project(H, m.corners_mm()) for m in t.markers}
+    for mid, d in (shift or {}).items():
+        found[mid] = found[mid] + np.asarray(d, float)
+    return found
+
+
+def test_markers_of_a_curled_page_are_kept_and_a_misread_id_is_not():
+    t = TEMPLATES[0]
+    H = np.array([[3.0, 0.4, 150.0], [-0.3, 3.1, 90.0], [0.0002, 0.0004, 1.0]])
+    side = float(np.linalg.norm(np.subtract(*project(H, t.markers[2].corners_mm()[:2]))))
+    # a bend lifts the far corner by 1.5 marker sides: still that marker, only displaced
+    found = _markers_seen(t, H, {2: (1.5 * side, 0.8 * side)})
+    mids, dropped = _consistent_markers(t, found, [0, 1, 2, 3])
+    assert mids == [0, 1, 2, 3] and dropped == []
+    # marker 1's square read with id 2 (and 2 unseen): it sits a page-width from where 2 belongs
+    found = _markers_seen(t, H)
+    found[2] = found.pop(1)
+    mids, dropped = _consistent_markers(t, found, [0, 2, 3])
+    assert dropped == [2] and mids == [0, 3]
+
+
+def test_levels_are_compared_under_the_same_registration():
+    # The photo is of test-1. Its own candidate homography is 6 mm off (a registration that
+    # went worse), the other candidate's is right: the print must still say test-1.
+    t1, t2 = TEMPLATES[1], TEMPLATES[2]
+    ph = synth_photo(t1, seed=23, markers=False, marks=4)
+    off = ph.homography @ np.array([[1, 0, 6.0], [0, 1, -4.0], [0, 0, 1]])
+    i, scores, margin = _identify(ph.image, [(t1, off), (t2, ph.homography)])
+    assert i == 0 and margin > 0.05, (scores, margin)
+
+
+def _bright_checks(shape, period: int = 24) -> np.ndarray:
+    yy, xx = np.mgrid[:shape[0], :shape[1]]
+    a = ((yy // period) % 2).astype(np.float32)
+    b = ((xx // period) % 2).astype(np.float32)
+    # a cream and blue gingham as light as the paper where its threads cross
+    base = np.array([232, 222, 196], np.float32)
+    blue = np.array([120, 160, 220], np.float32)
+    mix = (0.5 * (a + b))[..., None]
+    return np.clip(base * (1 - mix) + blue * mix, 0, 255)
+
+
+def test_page_on_a_bright_gingham_is_found_by_its_straight_edges():
+    t = TEMPLATES[1]
+    ph = synth_photo(t, seed=24, markers=False, rotation_deg=-28, fill=0.6, shade=0.0, jpeg_quality=None)
+    page = np.round(ph.true_px(np.array([[0, 0], [t.width_mm, 0], [t.width_mm, t.height_mm],
+                                         [0, t.height_mm]])) - 0.5).astype(np.int32)
+    mask = np.zeros(ph.image.shape[:2], np.uint8)
+    cv2.fillConvexPoly(mask, page, 1)
+    mask = cv2.erode(mask, np.ones((3, 3), np.uint8))[..., None].astype(bool)
+    img = np.where(mask, ph.image, _bright_checks(ph.image.shape[:2]).astype(np.uint8))
+    quads = _page_quads_from_lines(img)
+    true = ph.true_px(np.array([[0, 0], [t.width_mm, 0], [t.width_mm, t.height_mm], [0, t.height_mm]]))
+    assert quads and min(np.abs(np.roll(quads[0], -s, 0) - true).max() for s in range(4)) < 5
+    loc = locate_sheet(img, templates=TEMPLATES)
+    assert loc.template.id == "test-1"
+    assert np.median(region_error(loc, ph, t)) < 1.5
+
+
+def test_a_shaded_band_cut_off_by_the_threshold_is_snapped_back_to_the_page_edge():
+    white = np.full((300, 400), 30, np.uint8)  # a dark table
+    page = np.array([[60, 50], [340, 40], [350, 250], [70, 260]], np.float64)
+    cv2.fillConvexPoly(white, page.astype(np.int32), 220)
+    # the page's lower band lies in shadow: still far lighter than the table
+    band = np.array([[67, 215], [348, 215], [350, 250], [70, 260]], np.int32)
+    shade = np.zeros_like(white)
+    cv2.fillConvexPoly(shade, band, 1)
+    white[(shade > 0) & (white > 100)] = 140
+    cut = page.copy()
+    cut[2:, 1] -= 15  # a threshold stopped inside the shadow
+    snapped = _snap_quad_edges(cut, white)
+    assert np.abs(_order_quad(snapped) - page).max() < 2.0

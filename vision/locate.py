@@ -935,8 +935,9 @@ def _page_quads_from_lines(image: np.ndarray, *, long_side: int = 640) -> list[n
                          (5, 5), 0)
     med = float(np.median(g))
     edges = cv2.Canny(g, 0.4 * med, 0.9 * med)
-    segs = cv2.HoughLinesP(edges, 1, np.pi / 360, threshold=40, minLineLength=0.12 * min(sh, sw),
-                           maxLineGap=6)
+    # gaps: where the table is as light as the paper (a gingham's light checks) the edge breaks
+    segs = cv2.HoughLinesP(edges, 1, np.pi / 360, threshold=30, minLineLength=0.06 * min(sh, sw),
+                           maxLineGap=max(6.0, 0.03 * min(sh, sw)))
     if segs is None:
         return []
     lines: list[list] = []  # [angle, offset, length, point, direction]
