@@ -10,17 +10,28 @@ Routes, tried in this order:
    sharpened copy) looks for the missing markers only where the found ones predict them, or,
    when the strict one finds at most one, is kept only for two or more markers spaced as on
    the template. A marker that disagrees with the others by more than its
-   own size is dropped. With fewer than three markers the page outline and a registration on
-   the print are added; if the print does not line up with the named template at all, the
-   markers are ignored (misread, or lying on the table) and the next route runs.
-2. **Page + features** (a sheet printed without markers, or markers covered): find the page as
-   the brightest, least coloured convex quadrilateral, warp it to the page frame of every
+   own size and by half its distance to them is dropped (a curl or a steep view moves a true
+   marker by a fraction of that distance, a misread id by all of it). Markers still missing
+   are *anchored*: the detector's unreadable square candidates (blur, glare and small pages
+   destroy the bits long before the square) where the read markers put them. With fewer than
+   three markers the page outline and a registration on the print are added; if the print does
+   not line up with the named template at all, the markers are ignored (misread, or lying on
+   the table) and the next route runs.
+2. **Marker squares** (no marker readable): four (or three) unreadable squares of one size
+   round a mostly-paper area give the page outline; the print identifies the sheet there (as
+   below), and the squares then become its markers for a marker-precise homography. Kept over
+   the page route when it confirms three or more squares or lines up clearly better.
+3. **Page + features** (a sheet printed without markers, or markers covered): find the page as
+   the brightest, least coloured convex quadrilateral (its sides snapped to the steepest
+   whiteness step nearby), warp it to the page frame of every
    candidate template in each of the four orientations, register the best few with ORB + MAGSAC
    and polish the winner with ECC. When no page outline is found or it lines up poorly (a page
-   against a white sleeve or bowl), the whole photo is matched against each rendering instead.
-   Among a game's levels, the one whose *print* (achromatic ink, pencil discounted) matches
-   where the levels differ wins; a small margin is reported as ``details["ambiguous"]`` and
-   caps ``quality`` at 0.3, so that every reading gets reviewed.
+   against a white sleeve or bowl), the whole photo is matched against each rendering instead;
+   failing both, the outline is built from the page's straight edges (Hough lines). Among a
+   game's levels, the one whose *print* (achromatic ink, pencil discounted) matches where the
+   levels differ wins, every level judged under the same well-registered homographies; a
+   small margin is reported as ``details["ambiguous"]`` and caps ``quality`` at 0.3, so that
+   every reading gets reviewed.
 
 After locating: a sheet whose readable area leaves the photo raises :class:`SheetCutOffError`;
 a photo too blurred to read raises :class:`BlurryPhotoError` (the blur of the print on the
