@@ -46,6 +46,9 @@ def _paint(t, render, marks, *, seed=0, pencils=PENCILS, hand=HAND):
 
 
 def _read(model, image, **kw):
+    # The hand reader alone unless a test asks for the two readers (learned="default"): these
+    # tests pin the hand reader's measurements and rules, which the learned reader builds on.
+    kw.setdefault("learned", None)
     light = normalise_light(image, paper_mask=model.paper_mask)
     return classify_sheet(light.linear, model, **kw)
 
@@ -238,8 +241,59 @@ def test_photo_confidence_caps_every_reading(crypts):
     t, render, model = crypts
     marks = _all_marks(t)
     light = normalise_light(_paint(t, render, marks), paper_mask=model.paper_mask)
-    sheet = classify_sheet(light.linear, model, photo_confidence=0.5)
+    sheet = classify_sheet(light.linear, model, photo_confidence=0.5, learned=None)
     assert all(r.confidence <= 0.5 and r.review for r in sheet.readings.values())
+
+
+def test_two_readers_flag_every_region_of_an_unusable_photo_and_not_of_a_sound_one(crypts):
+    from vision.learned import default_model
+    t, render, model = crypts
+    marks = _all_marks(t)
+    light = normalise_light(_paint(t, render, marks), paper_mask=model.paper_mask)
+    gate = default_model().rule.photo_gate
+    bad = classify_sheet(light.linear, model, photo_confidence=gate * 0.5)
+    assert all(r.review and r.confidence < 0.97 for r in bad.readings.values())
+    assert {r.reason for r in bad.readings.values()} == {"photo too unreliable (registration/resolution)"}
+    good = classify_sheet(light.linear, model, photo_confidence=0.9)
+    assert sum(r.review for r in good.readings.values()) <= 0.1 * len(good.readings)
+
+
+@pytest.mark.parametrize("case", ["clean", "warm_light", "partial_fills", "scribbles", "pale"])
+def test_two_readers_are_never_confidently_wrong_on_painted_sheets(crypts, case):
+    """The hand reader's scenarios read by both readers: no confident error, the readers'
+    opinions are reported, and disagreement is flagged."""
+    t, render, model = crypts
+    if case == "clean":
+        marks = _all_marks(t)
+        img = _paint(t, render, marks)
+    elif case == "warm_light":
+        marks = _all_marks(t)
+        img = _cast(_paint(t, render, marks, seed=3), gain=(1.0, 0.78, 0.5), gradient=0.55)
+    elif case == "partial_fills":
+        hand = dict(HAND, coverage_min=0.6, style="zigzag", spacing_mm=1.0, pressure=0.6)
+        boxes = [r.id for r in t.regions_of_kind("box")][:12]
+        marks = {rid: ("crossed" if k % 3 == 2 else ["orange", "blue"][k % 2]) for k, rid in enumerate(boxes)}
+        img = _paint(t, render, marks, seed=5, hand=hand)
+    elif case == "scribbles":
+        hand = dict(HAND, style="scribble", coverage_min=0.35, spacing_mm=1.6, pressure=0.5)
+        regions = [r.id for r in t.regions_of_kind("box")] + [r.id for r in t.regions_of_kind("symbol")]
+        marks = {rid: ["orange", "blue", "green", "red", "purple"][k % 5] for k, rid in enumerate(regions)}
+        img = _paint(t, render, marks, seed=2, hand=hand)
+    else:
+        pale = dict(PENCILS, orange=(250, 200, 170), red=(245, 185, 185), blue=(180, 195, 235),
+                    purple=(205, 185, 225), green=(185, 225, 195))
+        boxes = [r.id for r in t.regions_of_kind("box")][:20]
+        marks = {rid: ["orange", "red", "blue", "purple", "green"][k % 5] for k, rid in enumerate(boxes)}
+        img = _cast(_paint(t, render, marks, seed=17, pencils=pale), gain=(1.0, 0.85, 0.65), gradient=0.3)
+    sheet = _read(model, img, learned="default")
+    for rid, m in marks.items():
+        r = sheet.readings[rid]
+        assert r.mark == m or r.review, (rid, m, r.mark, r.confidence, r.features)
+        assert r.review == (r.confidence < 0.97)
+        f = r.features
+        assert {"hand_mark", "learned_mark", "hand_confidence", "learned_confidence"} <= set(f)
+        if f["hand_mark"] != f["learned_mark"]:
+            assert r.review and "readers disagree" in r.reason
 
 
 def test_classify_rejects_wrong_frame(crypts):

@@ -103,6 +103,9 @@ class SheetMarks:
     readings: Mapping[str, RegionReading]
     palette: Palette
     thresholds: Mapping[str, float]
+    #: (R, F) learned-reader features (``FEATURE_NAMES``), rows in ``SheetModel.region_ids``
+    #: order; kept only when asked (``keep_matrix``) or when a learned reader was used
+    matrix: np.ndarray | None = None
 
     @property
     def flagged(self) -> list[str]:
@@ -154,6 +157,16 @@ class SheetModel:
         most bins; print fringe or a stray texel hits one or two.
     paper_sample : (S,) int ndarray
         Flat indices of up to ~20000 paper pixels spread over the sheet (noise statistics).
+    outline_area : (R,) int ndarray
+        Pixels inside each region's outline (the sampled band for connections) before print
+        and margins are taken out: ``area / outline_area`` is the share left to read.
+    halo_pix, halo_label : (Q,) int ndarray
+        Around each area region: bare, unprinted paper within ``halo_mm`` of its bounding box
+        and outside every region, and the region index it belongs to. A crossing-out stroke
+        runs on past a region's outline (and is visible there even where the region itself is
+        mostly print); a fill stays inside.
+    halo_diag : (Q,) bool ndarray
+        The halo pixel lies near one of the region's (extended) diagonals.
     """
 
     template: Template
@@ -174,6 +187,10 @@ class SheetModel:
     is_line: np.ndarray
     diag_bin: np.ndarray
     paper_sample: np.ndarray
+    outline_area: np.ndarray | None = None
+    halo_pix: np.ndarray | None = None
+    halo_label: np.ndarray | None = None
+    halo_diag: np.ndarray | None = None
 
 
 def _disk(r: int) -> np.ndarray:
@@ -206,7 +223,7 @@ def _fill(mask: np.ndarray, poly_px: np.ndarray) -> None:
 
 def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       margin_mm: float = 0.7, print_guard_mm: float = 0.45,
-                      area_guard_mm: float = 0.8,
+                      area_guard_mm: float = 0.8, halo_mm: float = 1.2,
                       segment_band: float = 1.0, segment_trim: float = 0.03,
                       line_bin_mm: float = 0.5) -> SheetModel:
     """Precompute the sampling geometry of a template from its clean render.
@@ -276,12 +293,16 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     all_regions = np.zeros((H, W), np.uint8)
     for r in template.regions:
         _fill(all_regions, _region_polygon_px(r, k))
+    # the halo (see SheetModel) keeps clear of every region and of print by the guard
+    no_halo = (cv2.dilate(all_regions, win) > 0) | structure | (y < 0.85)
     all_regions = cv2.dilate(all_regions, _disk(max(1, int(round(1.0 * k))))) > 0
     paper = near_white & uniform & ~all_regions
 
     margin = max(1, int(round(margin_mm * k)))
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
-    w_l, bin_l, nbins, is_line, dbin_l = [], [], [], [], []
+    w_l, bin_l, nbins, is_line, dbin_l, outline = [], [], [], [], [], []
+    hpix_l, hlab_l, hdiag_l = [], [], []
+    hm = halo_mm * k
     next_bin = 0
     for r in template.readable_regions():
         x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
@@ -296,6 +317,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         else:
             _fill(local, _region_polygon_px(r, k) - [c0, r0])
             local = cv2.erode(local, _disk(margin))
+        outline.append(int((local > 0).sum()))
         m = (local > 0) & ~(structure if line else structure_area)[r0:r1, c0:c1]
         if not line and m.sum() < 0.15 * max(1, (local > 0).sum()):
             # Mostly print (a glyph filling its box): fall back to the narrower guard.
@@ -332,6 +354,18 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         # cross and to every fill, so it says nothing.
         r2 = u * u + v * v
         inner = (r2 < 1.2) & (r2 > 0.06)
+        if not line:
+            hc0, hr0 = max(0, int(math.floor(x0 - hm))), max(0, int(math.floor(y0 - hm)))
+            hc1, hr1 = min(W, int(math.ceil(x1 + hm))), min(H, int(math.ceil(y1 + hm)))
+            hr, hc = np.nonzero(~no_halo[hr0:hr1, hc0:hc1])
+            # every other pixel (a checkerboard) halves the cost and still meets every stroke
+            keep = (hr + hc) % 2 == 0
+            hr, hc = hr[keep] + hr0, hc[keep] + hc0
+            hu = (hc + 0.5 - (x0 + x1) / 2) / max((x1 - x0) / 2, 1e-6)
+            hv = (hr + 0.5 - (y0 + y1) / 2) / max((y1 - y0) / 2, 1e-6)
+            hpix_l.append(hr * W + hc)
+            hlab_l.append(np.full(hr.size, len(ids), np.int32))
+            hdiag_l.append(np.minimum(np.abs(hu - hv), np.abs(hu + hv)) / math.sqrt(2) < 0.25)
         ids.append(r.id)
         pix_l.append(rr * W + cc)
         lab_l.append(np.full(rr.size, len(ids) - 1, np.int32))
@@ -357,7 +391,9 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       tuple(ids), pix, cat(lab_l, np.int32),
                       cat(band_l, np.int8), cat(off_l, bool), np.asarray(area, np.int64), divisor,
                       cat(w_l, np.float32), cat(bin_l, np.int64), np.asarray(nbins, np.int64),
-                      np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample)
+                      np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample,
+                      np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
+                      cat(hdiag_l, bool))
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,6 +432,10 @@ class _Features:
     bare_core: np.ndarray
     faint_tint: np.ndarray
     faint_hue_r: np.ndarray
+    ink_drop: np.ndarray
+    halo_diag: np.ndarray | None = None
+    halo_off: np.ndarray | None = None
+    halo_dark_diag: np.ndarray | None = None
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -535,12 +575,205 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     wt = np.where(ftint, C, 0.0)
     faint_hue_r = (np.hypot(np.bincount(lbl, wt * np.cos(rad), R), np.bincount(lbl, wt * np.sin(rad), R))
                    / np.maximum(np.bincount(lbl, wt, R), 1e-9))
+    # how dark the marked texels are (paper L* minus theirs, mean over ink): graphite and a
+    # heavy hand are dark, a pale pencil or a shadow is not
+    ink_drop = (np.bincount(lbl, np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0), R)
+                / np.maximum(np.bincount(lbl, ink, R), 1))
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
-                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core, faint_tint, faint_hue_r)
+                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core, faint_tint, faint_hue_r,
+                     ink_drop)
+
+
+#: Every mark a region can take, in the order the learned reader's classes use.
+MARKS = ("empty",) + tuple(PENCIL_COLOURS) + ("crossed", "written")
+
+#: Photo-level measurements the learned reader sees (``photo_features`` of
+#: :func:`classify_sheet`), with the value assumed when a caller gives none (a sound photo).
+PHOTO_FEATURE_DEFAULTS = {
+    "registration": 1.0,      # vision.pipeline.photo_confidence parts (0..1)
+    "resolution": 1.0,
+    "locate": 1.0,
+    "residual_px": 0.3,       # print misalignment after refinement, px at the read dpi
+    "photo_px_per_frame_px": 2.0,
+    "shading_range": 1.2,     # vision.light: brightest / darkest illumination over the paper
+    "wb_blue_over_red": 1.0,  # white balance gains: < 1 under warm light
+    "paper_coverage": 0.9,
+}
+
+#: The per-region feature matrix (:func:`region_feature_matrix`), one column per name. Every
+#: column is a physical measurement normalised by this photo (coverage shares, lengths as
+#: shares of a diagonal, chroma and darkness in units of this photo's paper noise, hue
+#: distances in units of the pencils' calibrated spreads), a property of the region's shape,
+#: the hand reader's own probabilities, or a photo-level quality figure; never an id.
+FEATURE_NAMES = (
+    # the region: what it allows and how much of it can be read
+    "is_line", "allows_colour", "allows_crossed", "number_box", "log_outline_mm2",
+    "usable_share", "log_pixels", "x_ok",
+    # ink on it
+    "coverage", "coloured", "dark", "coloured_share", "length_coverage", "faint_coverage",
+    "faint_length", "faint_tint", "faint_hue_agreement", "purity", "coherence",
+    "chroma_over_noise", "chroma_over_threshold", "ink_drop_over_noise", "ink_drop_l",
+    # structure (crossing out against colouring in)
+    "x_score", "x_band", "sector_coverage", "diag_min", "diag_max", "x_length",
+    "slash_length", "faint_slash_length", "bare_core",
+    # ink just outside the region (SheetModel.halo_pix): along its extended diagonals (all
+    # ink, graphite) and elsewhere around it
+    "halo_diag", "halo_dark_diag", "halo_off",
+    # hue against this photo's calibrated pencils (signed, in effective spreads), the best
+    # and second-best distance, and whether the prior palette names the hue otherwise
+    "z_orange", "z_red", "z_blue", "z_green", "z_purple", "d_best", "d_second",
+    "prior_disagrees", "hue_noise_deg",
+    # the hand reader (vision.marks._decide), before any photo-level cap
+    "hand_empty", "hand_orange", "hand_red", "hand_blue", "hand_green", "hand_purple",
+    "hand_crossed", "hand_written", "hand_confidence", "hand_p_marked", "hand_p_cross",
+    "hand_p_grey", "hand_fit",
+    # the photo
+    "paper_chroma_sd", "paper_l_sd", "photo_registration", "photo_resolution", "photo_locate",
+    "photo_residual_px", "photo_px_per_frame_px", "photo_shading_range", "photo_wb_blue_over_red",
+    "photo_paper_coverage",
+)
+
+
+def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette, prior: Palette,
+                          th: Mapping[str, float], hand: Mapping[str, RegionReading],
+                          internals, *, photo_features: Mapping[str, float] | None = None
+                          ) -> np.ndarray:
+    """The learned reader's input: one row per readable region, columns ``FEATURE_NAMES``.
+
+    Parameters
+    ----------
+    model : SheetModel
+    f : _Features
+        From ``_measure`` on this photo.
+    regions : sequence of Region
+        ``model.region_ids`` resolved, same order.
+    pal, prior : Palette
+        The palette calibrated on this photo, and the prior it started from.
+    th : mapping
+        This photo's thresholds (``_photo_thresholds``).
+    hand : mapping of region id -> RegionReading
+        The hand reader's readings (no photo-level cap).
+    internals : sequence of dict
+        ``_decide``'s intermediate probabilities, per region.
+    photo_features : mapping, optional
+        Keys of ``PHOTO_FEATURE_DEFAULTS``; missing keys take the default.
+
+    Returns
+    -------
+    (R, len(FEATURE_NAMES)) float32 ndarray
+    """
+    R = len(regions)
+    ph = dict(PHOTO_FEATURE_DEFAULTS)
+    for k, v in (photo_features or {}).items():
+        if k in ph and v is not None and np.isfinite(float(v)):
+            ph[k] = float(v)
+    k_mm = model.dpi / 25.4
+    c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
+    l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
+    outline = (model.outline_area if model.outline_area is not None else model.area).astype(float)
+    X = np.zeros((R, len(FEATURE_NAMES)), np.float32)
+    col = {n: j for j, n in enumerate(FEATURE_NAMES)}
+
+    def put(name, values):
+        X[:, col[name]] = values
+
+    allowed = [set(r.marks) for r in regions]
+    put("is_line", model.is_line[:R])
+    put("allows_colour", [bool(a & set(PENCIL_COLOURS)) for a in allowed])
+    put("allows_crossed", ["crossed" in a for a in allowed])
+    put("number_box", [("written" in a and not (a & set(PENCIL_COLOURS))) for a in allowed])
+    put("log_outline_mm2", np.log1p(outline / k_mm ** 2))
+    put("usable_share", f.n / np.maximum(outline, 1.0))
+    put("log_pixels", np.log1p(f.n))
+    put("x_ok", f.x_ok)
+    put("coverage", f.cover)
+    put("coloured", f.coloured)
+    put("dark", f.dark)
+    put("coloured_share", np.where(f.cover > 0, f.coloured / np.maximum(f.cover, 1e-9), 0.0))
+    put("length_coverage", f.line_cover)
+    put("faint_coverage", f.faint_cover)
+    put("faint_length", f.faint_line)
+    put("faint_tint", f.faint_tint)
+    put("faint_hue_agreement", f.faint_hue_r)
+    put("purity", f.purity)
+    put("coherence", f.coherence)
+    put("chroma_over_noise", np.minimum(f.chroma / c_sd, 200.0))
+    put("chroma_over_threshold", f.chroma / max(float(th["chroma"]), 1e-3))
+    put("ink_drop_over_noise", np.minimum(f.ink_drop / l_sd, 200.0))
+    put("ink_drop_l", f.ink_drop)
+    put("x_score", f.x_score)
+    put("x_band", f.band_cov)
+    put("sector_coverage", f.off_cov)
+    put("diag_min", f.diag_min)
+    put("diag_max", f.diag_max)
+    put("x_length", f.dlen_min)
+    put("slash_length", f.dlen_max)
+    put("faint_slash_length", f.faint_dlen_max)
+    put("bare_core", f.bare_core)
+    for name in ("halo_diag", "halo_dark_diag", "halo_off"):
+        v = getattr(f, name)
+        if v is not None:
+            put(name, v)
+    hue_noise = np.degrees(3.0 * c_sd / np.maximum(f.chroma, 1e-3))
+    has_hue = f.chroma > 0
+    z = np.zeros((R, len(PENCIL_COLOURS)))
+    for j, c in enumerate(PENCIL_COLOURS):
+        pc = pal.colour(c)
+        z[:, j] = hue_diff(f.hue, pc.hue_deg) / np.hypot(pc.hue_spread_deg, hue_noise)
+        put(f"z_{c}", np.where(has_hue, np.clip(z[:, j], -10.0, 10.0), 0.0))
+    dz = np.sort(np.abs(z), axis=1)
+    put("d_best", np.where(has_hue, np.minimum(dz[:, 0], 10.0), 10.0))
+    put("d_second", np.where(has_hue, np.minimum(dz[:, 1], 10.0), 10.0))
+    if prior is not pal:
+        zp = np.stack([np.abs(hue_diff(f.hue, prior.colour(c).hue_deg)) / prior.colour(c).hue_spread_deg
+                       for c in PENCIL_COLOURS], axis=1)
+        put("prior_disagrees", has_hue & (np.argmin(zp, axis=1) != np.argmin(np.abs(z), axis=1)))
+    put("hue_noise_deg", np.where(has_hue, np.minimum(hue_noise, 180.0), 180.0))
+    for i, r in enumerate(regions):
+        rd = hand[r.id]
+        for m, p in rd.alternatives:
+            X[i, col[f"hand_{m}"]] = p
+        it = internals[i]
+        X[i, col["hand_confidence"]] = rd.confidence
+        X[i, col["hand_p_marked"]] = it["p_marked"]
+        X[i, col["hand_p_cross"]] = it["p_cross"]
+        X[i, col["hand_p_grey"]] = it["p_grey"]
+        X[i, col["hand_fit"]] = it["fit"]
+    put("paper_chroma_sd", c_sd)
+    put("paper_l_sd", l_sd)
+    put("photo_registration", ph["registration"])
+    put("photo_resolution", ph["resolution"])
+    put("photo_locate", ph["locate"])
+    put("photo_residual_px", min(ph["residual_px"], 10.0))
+    put("photo_px_per_frame_px", min(ph["photo_px_per_frame_px"], 10.0))
+    put("photo_shading_range", min(ph["shading_range"], 10.0))
+    put("photo_wb_blue_over_red", ph["wb_blue_over_red"])
+    put("photo_paper_coverage", ph["paper_coverage"])
+    return X
+
+
+def _measure_halo(f: _Features, lab: np.ndarray, model: SheetModel, th: Mapping[str, float],
+                  valid: np.ndarray | None) -> _Features:
+    """Ink around each area region (SheetModel.halo_pix): on its extended diagonals (a
+    crossing-out running on) and elsewhere (a neighbour's overshoot, a careless fill)."""
+    from dataclasses import replace
+    R = len(model.region_ids)
+    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
+    C = np.hypot(a, b)
+    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0))
+    dark = (L < th["dark_l"]) & ~col
+    ok = np.ones(L.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.halo_pix]
+    ink = (col | dark) & ok
+    lbl, dg = model.halo_label, model.halo_diag
+    nd = np.maximum(np.bincount(lbl, dg & ok, R), 1)
+    no = np.maximum(np.bincount(lbl, ~dg & ok, R), 1)
+    return replace(f, halo_diag=np.bincount(lbl, ink & dg, R) / nd,
+                   halo_off=np.bincount(lbl, ink & ~dg, R) / no,
+                   halo_dark_diag=np.bincount(lbl, dark & ok & dg, R) / nd)
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -549,7 +782,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                    written_cover: float = 0.025, line_cover: float = 0.3,
                    line_scale: float = 0.05,
                    x_threshold: float = 0.45, x_scale: float = 0.07,
-                   min_pixels: int = 10, photo_confidence: float = 1.0) -> SheetMarks:
+                   min_pixels: int = 10, photo_confidence: float = 1.0,
+                   learned="default", photo_features: Mapping[str, float] | None = None,
+                   keep_matrix: bool = False) -> SheetMarks:
     """Classify every readable region of a light-normalised, rectified sheet.
 
     Parameters
@@ -578,9 +813,17 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     min_pixels : int
         Regions with fewer usable pixels are read but always flagged.
     photo_confidence : float
-        Upper bound on every reading's confidence from the photo as a whole (registration
-        residual, resolution: see ``vision.pipeline.photo_confidence``). A photo whose print
-        does not line up cannot give a confident reading anywhere.
+        The photo as a whole (registration residual, resolution, locator: see
+        ``vision.pipeline.photo_confidence``). Without a learned reader it caps every
+        reading's confidence; with one, below the model's ``photo_gate`` nothing on the photo
+        is confident, and above it the photo's quality figures are the model's features.
+    learned : "default", None or vision.learned.LearnedReader
+        The second reader: ``"default"`` is the bundled model (``calibration/models``; the
+        hand reader decides alone when none is installed), None the hand reader alone.
+    photo_features : mapping, optional
+        Photo-level measurements for the learned reader (``PHOTO_FEATURE_DEFAULTS``).
+    keep_matrix : bool
+        Keep the learned reader's feature matrix on the result (dataset building).
 
     Returns
     -------
@@ -608,6 +851,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
     th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
     f = _measure(lab, model, th, ok)
+    if model.halo_pix is not None and model.halo_pix.size:
+        f = _measure_halo(f, linear_to_lab(sample(model.halo_pix)), model, th, valid)
 
     regions = [model.template.region(rid) for rid in model.region_ids]
     # --- calibrate the palette on this photo ---------------------------------------------
@@ -631,14 +876,35 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     pal = calibrate_palette(prior, samples)
 
     readings: dict[str, RegionReading] = {}
+    internals = []
     for i, r in enumerate(regions):
-        readings[r.id] = _decide(r, i, f, pal, review_threshold=review_threshold,
+        readings[r.id], it = _decide(r, i, f, pal, review_threshold=review_threshold,
                                  empty_cover=empty_cover, cover_scale=cover_scale,
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
                                  written_cover=written_cover, is_line=bool(model.is_line[i]),
                                  line_cover=line_cover, line_scale=line_scale, prior=prior,
                                  chroma_noise=max(1.0, float(th.get("paper_chroma_sd", 1.0))))
-    if photo_confidence < 1.0:
+        internals.append(it)
+    if isinstance(learned, str):
+        from vision.learned import default_model
+        if learned != "default":
+            raise ValueError(f"learned must be 'default', None or a LearnedReader, got {learned!r}")
+        learned = default_model()
+    matrix = None
+    if keep_matrix or learned is not None:
+        matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
+                                       photo_features=photo_features)
+    if learned is not None:
+        # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
+        # gate for unusable photos; the photo's quality figures are features of the model.
+        from vision.learned import combine
+        allowed = np.array([[m in r.marks for m in MARKS] for r in regions], bool)
+        probs = learned.predict_proba(matrix, allowed=allowed)
+        for i, r in enumerate(regions):
+            readings[r.id] = combine(readings[r.id], probs[i], classes=MARKS, rule=learned.rule,
+                                     review_threshold=review_threshold,
+                                     photo_confidence=photo_confidence)
+    elif photo_confidence < 1.0:
         for rid, rd in readings.items():
             if rd.confidence > photo_confidence:
                 review = photo_confidence < review_threshold or rd.review
@@ -646,7 +912,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.region_id, rd.kind, rd.mark, float(photo_confidence), review,
                     rd.alternatives, rd.features,
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
-    return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)})
+    return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix)
 
 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
@@ -658,6 +924,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     colours = [m for m in allowed if m in pal.names]
     can_cross = "crossed" in allowed
     cover = float(f.cover[i])
+    p_cross, fit, hue_noise, d = 0.0, 0.0, 0.0, {}
     # Evidence that something is there: the (centre-weighted) area covered; for a cross (thin
     # strokes over a small share of the area) the coverage of the diagonal bands; for a
     # connection the share of its length that carries a stroke.
@@ -859,7 +1126,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                                       "bare_core": float(f.bare_core[i]),
                                       "faint_tint": float(f.faint_tint[i]),
                                       "faint_hue_agreement": float(f.faint_hue_r[i])})}
-    return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason)
+    internals = {"p_marked": p_marked, "p_cross": float(p_cross), "p_grey": p_grey,
+                 "fit": float(fit), "hue_noise": float(hue_noise), "hue_z": d, "raw": raw}
+    return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason), internals
 
 
 __all__ = ["REVIEW_THRESHOLD", "RegionReading", "SheetMarks", "SheetModel", "build_sheet_model",

@@ -55,6 +55,8 @@ class SheetReading:
         Photo size and format, light and refinement figures, thresholds.
     rectified, normalised : ndarray or None
         The stage pictures (kept only when ``keep_images=True``; for debug output).
+    matrix : ndarray or None
+        The learned reader's feature matrix (only with ``keep_matrix=True``).
     """
 
     photo: str | None
@@ -66,6 +68,9 @@ class SheetReading:
     details: Mapping[str, Any] = field(default_factory=dict)
     rectified: np.ndarray | None = None
     normalised: np.ndarray | None = None
+    #: (R, F) learned-reader features per readable region (``vision.marks.FEATURE_NAMES``),
+    #: kept only with ``keep_matrix=True`` (dataset building)
+    matrix: np.ndarray | None = None
 
     @property
     def flagged(self) -> list[str]:
@@ -140,7 +145,8 @@ def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
 def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
                palette: Palette | None = None, review_threshold: float = REVIEW_THRESHOLD,
                refine: bool = True, keep_images: bool = False, label: str | None = None,
-               max_long_side: int | None = 2000) -> SheetReading:
+               max_long_side: int | None = 2000, keep_matrix: bool = False,
+               learned="default") -> SheetReading:
     """Read one photo of a filled sheet.
 
     Parameters
@@ -163,6 +169,12 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         What to call the photo in the result (default: the path).
     max_long_side : int or None
         Decode size limit handed to ``vision.decode``.
+    keep_matrix : bool
+        Keep the per-region feature matrix of the learned reader on the result
+        (``scripts/reader_dataset.py``).
+    learned : "default", None or vision.learned.LearnedReader
+        The second reader (``vision.marks.classify_sheet``); None reads with the hand
+        reader alone.
 
     Returns
     -------
@@ -209,7 +221,9 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     pconf, pconf_parts = photo_confidence(location, rect)
     sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
                            valid=valid, review_threshold=review_threshold,
-                           photo_confidence=pconf)
+                           photo_confidence=pconf,
+                           photo_features=photo_features(pconf_parts, rect, light),
+                           keep_matrix=keep_matrix, learned=learned)
     t5 = time.perf_counter()
     timings["classify"] = (t5 - t4) * 1000
     timings["total"] = (t5 - t0) * 1000
@@ -228,7 +242,23 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
-                        light.to_srgb() if keep_images else None)
+                        light.to_srgb() if keep_images else None, sheet.matrix)
+
+
+def photo_features(parts: Mapping[str, float], rect, light) -> dict[str, float]:
+    """The photo-level measurements the learned reader sees (keys of
+    ``vision.marks.PHOTO_FEATURE_DEFAULTS``): the photo-confidence parts, the registration
+    residual and resolution, and the light normalisation's shading range and white balance."""
+    ref = rect.refinement if isinstance(rect.refinement, Mapping) else {}
+    res = ref.get("residual_px_after", ref.get("residual_px_before"))
+    wb = list(getattr(light, "white_balance", None) or [])
+    out = {"registration": parts.get("registration"), "resolution": parts.get("resolution"),
+           "locate": parts.get("locate"), "residual_px": res,
+           "photo_px_per_frame_px": ref.get("photo_px_per_frame_px"),
+           "shading_range": getattr(light, "shading_range", None),
+           "wb_blue_over_red": (float(wb[2]) / max(float(wb[0]), 1e-6)) if len(wb) == 3 else None,
+           "paper_coverage": getattr(light, "paper_coverage", None)}
+    return {k: float(v) for k, v in out.items() if isinstance(v, (int, float, np.floating, np.integer))}
 
 
 def _sig(x: float) -> float:

@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""Build the learned reader's dataset: run the real reader over simulator corpora and keep,
+per readable region, its feature row (``vision.marks.FEATURE_NAMES``) and the true mark.
+
+    .venv/bin/python scripts/reader_dataset.py /tmp/rd/train10000 [DIR ...] --out /tmp/reader-data/train.npz
+
+Each DIR is a folder written by ``scripts/make_corpus.py`` (photos with ``NAME.truth.json``
+beside them). Photos the reader cannot read, or reads as another template, give no rows (they
+are counted). Folders whose photos have seeds >= 100000 are refused: those are the lead's
+evaluation corpora and must never be read while building the reader.
+
+The ``.npz`` holds ``X`` (N, F) float32, ``y`` (N,) int (index into ``vision.marks.MARKS``),
+``allowed`` (N, 8) bool, ``photo`` (N,) int (index into ``photos``), ``kind``, ``preset``,
+``painter`` (N,) str, ``region`` (N,) str, ``hand_mark`` (N,) int, ``photo_conf`` (N,) float,
+and ``feature_names``, ``photos``, ``seeds``, ``folders``, ``skipped`` (JSON text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+#: Seeds at or above this belong to the evaluation corpora (docs/EVALUATION.md): never read.
+FORBIDDEN_SEED = 100000
+
+
+def _seed_of(truth: dict, name: str) -> int | None:
+    s = truth.get("seed")
+    if isinstance(s, int):
+        return s
+    m = re.search(r"s?(\d+)$", name)
+    return int(m.group(1)) if m else None
+
+
+def photo_rows(job: tuple[str, str]) -> dict:
+    """Read one photo and return its rows (or why it gave none)."""
+    from calibration.template import get_template
+    from sheetcheck.errors import SheetcheckError
+    from vision.marks import MARKS
+    from vision.pipeline import read_photo
+
+    photo, truth_path = job
+    truth = json.loads(Path(truth_path).read_text())
+    name = Path(photo).stem
+    seed = _seed_of(truth, name)
+    if seed is None or seed >= FORBIDDEN_SEED:
+        return {"photo": photo, "skip": f"seed {seed} not allowed (>= {FORBIDDEN_SEED} or unknown)"}
+    try:
+        # the hand reader alone: its readings and the features do not depend on any model
+        reading = read_photo(photo, keep_matrix=True, learned=None)
+    except SheetcheckError as e:
+        return {"photo": photo, "skip": f"{e.code}"}
+    if reading.template.id != truth.get("template"):
+        return {"photo": photo, "skip": "misidentified"}
+    tpl = get_template(truth["template"])
+    ids = [rid for rid in reading.readings]
+    marks = truth["marks"]
+    rows, y, allowed, kinds, regions, hand = [], [], [], [], [], []
+    for i, rid in enumerate(ids):
+        t = marks.get(rid)
+        if t not in MARKS:
+            continue
+        r = tpl.region(rid)
+        rows.append(reading.matrix[i])
+        y.append(MARKS.index(t))
+        allowed.append([m in r.marks for m in MARKS])
+        kinds.append(r.kind)
+        regions.append(rid)
+        hand.append(MARKS.index(reading.readings[rid].mark))
+    pc = float(reading.details["photo_confidence"]["value"])
+    return {"photo": photo, "seed": seed, "preset": str(truth.get("preset", "?")),
+            "painter": str(truth.get("painter") or (truth.get("conditions") or {}).get("painter")
+                           or "default"),
+            "X": np.asarray(rows, np.float32), "y": np.asarray(y, np.int16),
+            "allowed": np.asarray(allowed, bool), "kind": kinds, "region": regions,
+            "hand": np.asarray(hand, np.int16), "photo_conf": pc}
+
+
+def _init_worker():
+    try:
+        os.nice(5)  # other work on the machine comes first
+    except OSError:
+        pass
+
+
+def main(argv=None) -> int:
+    from sheetcheck.commands.eval import find_pairs
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="+", help="corpus folders (scripts/make_corpus.py --out)")
+    ap.add_argument("--out", required=True, help=".npz to write (keep it outside the repository)")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    jobs = []
+    for d in args.folders:
+        jobs += [(str(p), str(t)) for p, t in find_pairs(d)]
+    t0 = time.time()
+    results = []
+    with Pool(args.workers, initializer=_init_worker) as pool:
+        for k, res in enumerate(pool.imap(photo_rows, jobs, chunksize=2)):
+            results.append(res)
+            if (k + 1) % 20 == 0 or k + 1 == len(jobs):
+                print(f"[{k + 1}/{len(jobs)}] {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    from vision.marks import FEATURE_NAMES
+    ok = [r for r in results if "skip" not in r and len(r["y"])]
+    skipped = [{"photo": r["photo"], "why": r["skip"]} for r in results if "skip" in r]
+    n = [len(r["y"]) for r in ok]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(
+        out,
+        X=np.concatenate([r["X"] for r in ok]), y=np.concatenate([r["y"] for r in ok]),
+        allowed=np.concatenate([r["allowed"] for r in ok]),
+        photo=np.repeat(np.arange(len(ok)), n),
+        kind=np.asarray(sum((r["kind"] for r in ok), [])),
+        region=np.asarray(sum((r["region"] for r in ok), [])),
+        preset=np.repeat([r["preset"] for r in ok], n),
+        painter=np.repeat([r["painter"] for r in ok], n),
+        hand_mark=np.concatenate([r["hand"] for r in ok]),
+        photo_conf=np.repeat([r["photo_conf"] for r in ok], n),
+        feature_names=np.asarray(FEATURE_NAMES),
+        photos=np.asarray([r["photo"] for r in ok]), seeds=np.asarray([r["seed"] for r in ok]),
+        folders=np.asarray([str(Path(d).resolve()) for d in args.folders]),
+        skipped=json.dumps(skipped))
+    print(f"{out}: {sum(n)} regions from {len(ok)} photos ({len(skipped)} skipped) "
+          f"in {time.time() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

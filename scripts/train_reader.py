@@ -1,0 +1,336 @@
+#!/usr/bin/env python
+"""Train the learned reader and export it to JSON (``calibration/models/reader-v1.json``).
+
+    .venv/bin/python scripts/train_reader.py --train /tmp/reader-data/train.npz \\
+        --val /tmp/reader-data/val50000.npz --val /tmp/reader-data/ho60000.npz \\
+        --out calibration/models/reader-v1.json
+
+Needs scikit-learn (``.venv/bin/pip install scikit-learn``); the reader itself does not.
+
+* ``--train``: datasets from ``scripts/reader_dataset.py`` (default painter, seeds < 100000
+  only: the script refuses a held-out painter row). Photos are split (by photo, seeded) into a
+  fitting part and a calibration part (``--calib-share``); the model never sees the
+  calibration part.
+* The model (gradient-boosted trees, ``--kind gbdt``, or a small MLP, ``--kind mlp``)
+  predicts the mark (``vision.marks.MARKS``) from the feature row.
+* On the calibration part: a temperature for the probabilities (least log-loss), then the
+  decision rule (``vision.learned.DecisionRule``): the thresholds that make the most readings
+  confident with **no** confident error even when every threshold is relaxed by ``--margin``
+  (the remaining doubt ``1 - t`` multiplied by it).
+* ``--val``: validation datasets (another default-painter seed range; the held-out painter):
+  only measured, reported in the model file and on stderr. Never used for any choice.
+
+Everything is seeded: the same datasets and arguments give the same model file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from vision.learned import MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
+from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
+
+
+def load_sets(paths: list[str]) -> dict:
+    parts = [dict(np.load(p, allow_pickle=False)) for p in paths]
+    for p, d in zip(paths, parts):
+        if tuple(d["feature_names"]) != FEATURE_NAMES:
+            sys.exit(f"{p}: features differ from vision.marks.FEATURE_NAMES; rebuild it with "
+                     "scripts/reader_dataset.py")
+        if d["seeds"].size and int(d["seeds"].max()) >= 100000:
+            sys.exit(f"{p}: holds photos with seeds >= 100000 (evaluation corpora): refused")
+    out = {}
+    offset = 0
+    for d in parts:
+        d = dict(d)
+        d["photo"] = d["photo"] + offset
+        offset += len(d["photos"])
+        for k, v in d.items():
+            out.setdefault(k, []).append(v)
+    keys = ("X", "y", "allowed", "photo", "kind", "preset", "painter", "hand_mark", "photo_conf")
+    res = {k: np.concatenate(out[k]) for k in keys}
+    res["photos"] = np.concatenate(out["photos"])
+    res["seeds"] = np.concatenate(out["seeds"])
+    res["skipped"] = sum((json.loads(str(s)) for s in out["skipped"]), [])
+    res["paths"] = paths
+    return res
+
+
+def hand_conf(d):
+    return d["X"][:, FEATURE_NAMES.index("hand_confidence")]
+
+
+def masked_proba(raw, allowed, T=1.0):
+    z = np.where(allowed, raw / T, -np.inf)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- export
+def export_gbdt(clf) -> dict:
+    feats, thr, left, right, leaf, val, miss, roots, tcls = [], [], [], [], [], [], [], [], []
+    depth = 1
+    for it in clf._predictors:
+        for k, pred in enumerate(it):
+            nd = pred.nodes
+            base = len(feats)
+            roots.append(base)
+            tcls.append(int(clf.classes_[k]))
+            feats += nd["feature_idx"].astype(int).tolist()
+            thr += nd["num_threshold"].astype(float).tolist()
+            lf = nd["is_leaf"].astype(bool)
+            left += np.where(lf, 0, nd["left"].astype(int) + base).tolist()
+            right += np.where(lf, 0, nd["right"].astype(int) + base).tolist()
+            leaf += lf.tolist()
+            val += nd["value"].astype(float).tolist()
+            miss += nd["missing_go_to_left"].astype(bool).tolist()
+            depth = max(depth, int(nd["depth"].max()))
+            if np.any(nd["is_categorical"]):
+                raise SystemExit("categorical splits are not supported by vision.learned")
+    baseline = np.full(len(MARKS), -30.0)
+    baseline[clf.classes_] = clf._baseline_prediction.reshape(-1)
+    # Features are float32, so `x <= t` (t float64) is `x <= t32` with t32 the largest float32
+    # not above t; 9 digits give t32 back exactly (a threshold may equal a training value, so
+    # rounding to nearest could move it across that value). Leaf values: 8 digits.
+    t32 = np.asarray(thr, np.float64).astype(np.float32)
+    t32 = np.where(t32.astype(np.float64) > np.asarray(thr), np.nextafter(t32, np.float32(-np.inf)), t32)
+    thr = t32.tolist()
+    r9 = lambda xs: [float(f"{x:.9g}") for x in xs]  # noqa: E731
+    r8 = lambda xs: [float(f"{x:.8g}") for x in xs]  # noqa: E731
+    return {"feature": feats, "threshold": r9(thr), "left": left, "right": right,
+            "leaf": [int(b) for b in leaf], "value": r8(val), "missing_left": [int(b) for b in miss],
+            "roots": roots, "tree_class": tcls, "baseline": r8(baseline), "depth": depth}
+
+
+def export_mlp(clf, mean, scale, clip) -> dict:
+    layers = []
+    for i, (W, b) in enumerate(zip(clf.coefs_, clf.intercepts_)):
+        if i == len(clf.coefs_) - 1 and len(clf.classes_) != len(MARKS):
+            W2 = np.zeros((W.shape[0], len(MARKS)))
+            b2 = np.full(len(MARKS), -30.0)
+            W2[:, clf.classes_] = W
+            b2[clf.classes_] = b
+            W, b = W2, b2
+        layers.append({"W": [[float(f"{x:.6g}") for x in row] for row in W],
+                       "b": [float(f"{x:.6g}") for x in b]})
+    return {"mean": [float(f"{x:.6g}") for x in mean], "scale": [float(f"{x:.6g}") for x in scale],
+            "clip": clip, "layers": layers}
+
+
+# --------------------------------------------------------------------------- decision rule
+def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y):
+    """(confident mask, correct mask) of the combined reader on one dataset."""
+    p_l = p[np.arange(len(p)), mark_l]
+    agree = mark_l == mark_h
+    sure = agree & (((c_h >= rule.hand_min) & (p_l >= rule.learned_min))
+                    | ((p_l >= rule.learned_alone) & (c_h >= rule.hand_floor)))
+    sure &= pconf >= rule.photo_gate
+    return sure, mark_l == y
+
+
+def relax(t, margin):
+    return 1.0 - (1.0 - t) * margin if t <= 1.0 else t
+
+
+def choose_rule(p, mark_h, c_h, pconf, y, *, margin: float, photo_gate: float) -> tuple[DecisionRule, dict]:
+    mark_l = p.argmax(axis=1)
+    best = None
+    grid_l = [0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999]
+    grid_h = [0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+    for lm in grid_l:
+        for hm in (0.9, 0.95, 0.97, 0.99, 0.995, 0.999):
+            for la in grid_l + [1.01]:
+                for hf in grid_h:
+                    if la <= 1.0 and (la < lm or hf > hm):
+                        continue  # the second clause only widens the first
+                    rule = DecisionRule(hm, lm, la, hf, photo_gate)
+                    loose = DecisionRule(relax(hm, margin), relax(lm, margin), relax(la, margin),
+                                         relax(hf, margin), photo_gate)
+                    s_loose, ok = rule_outcome(loose, p, mark_l, mark_h, c_h, pconf, y)
+                    if np.any(s_loose & ~ok):
+                        continue
+                    s, _ = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y)
+                    n = int(s.sum())
+                    if best is None or n > best[0]:
+                        best = (n, rule)
+    if best is None:
+        rule = DecisionRule(0.999, 0.9995, 1.01, 0.999, photo_gate)
+        return rule, {"note": "no rule without confident errors at the margin: strictest grid point"}
+    return best[1], {"confident": best[0]}
+
+
+def summarise(d, p, rule: DecisionRule) -> dict:
+    """Region-level figures of the hand reader alone and of the two-reader verdict."""
+    y, mark_h, c_h, pconf = d["y"], d["hand_mark"], hand_conf(d), d["photo_conf"]
+    mark_l = p.argmax(axis=1)
+    sure, ok = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y)
+    hand_ok = mark_h == y
+    hand_sure = np.minimum(c_h, pconf) >= REVIEW_THRESHOLD
+    easy_typ = np.isin(d["preset"], ["easy", "typical"])
+    photos = d["photo"]
+
+    def sheets_clean(flag):
+        ph = np.unique(photos[easy_typ])
+        flagged = np.zeros(photos.max() + 1, bool)
+        np.logical_or.at(flagged, photos, flag)
+        return float(np.mean(~flagged[ph])) if ph.size else None
+
+    out = {}
+    for name, m_ok, m_sure in (("hand", hand_ok, hand_sure), ("combined", ok, sure)):
+        out[name] = {"accuracy": round(float(m_ok.mean()), 5),
+                     "hard_accuracy": round(float(m_ok[d["preset"] == "hard"].mean()), 5)
+                     if np.any(d["preset"] == "hard") else None,
+                     "confident_errors": int(np.sum(m_sure & ~m_ok)),
+                     "flagged_share": round(float(1 - m_sure.mean()), 5),
+                     "easy_typical_sheets_nothing_flagged": round(sheets_clean(~m_sure), 4)}
+    out["learned_alone_accuracy"] = round(float(ok.mean()), 5)
+    out["regions"] = int(len(y))
+    out["photos"] = int(np.unique(photos).size)
+    out["photos_skipped"] = len(d["skipped"])
+    pl = p[np.arange(len(p)), mark_l]
+    hi = pl >= REVIEW_THRESHOLD
+    out["learned_error_rate_at_p_ge_0.97"] = round(float(np.mean(~ok[hi])), 6) if hi.any() else None
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", action="append", required=True, help="training .npz (repeatable)")
+    ap.add_argument("--val", action="append", default=[], help="validation .npz (repeatable)")
+    ap.add_argument("--out", required=True, help="model JSON to write")
+    ap.add_argument("--kind", choices=("gbdt", "mlp"), default="gbdt")
+    ap.add_argument("--calib-share", type=float, default=0.3)
+    ap.add_argument("--margin", type=float, default=2.0,
+                    help="thresholds relaxed by this factor on the doubt must still give no error")
+    ap.add_argument("--photo-gate", type=float, default=0.5)
+    ap.add_argument("--iters", type=int, default=150)
+    ap.add_argument("--leaves", type=int, default=15)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
+    args = ap.parse_args(argv)
+
+    tr = load_sets(args.train)
+    if np.any(tr["painter"] != "default"):
+        sys.exit("training data must come from the default painter only (the held-out painter "
+                 "is for validation)")
+    rng = np.random.default_rng(args.seed)
+    n_ph = len(tr["photos"])
+    calib_ph = rng.random(n_ph) < args.calib_share
+    cal = calib_ph[tr["photo"]]
+    fit = ~cal
+    X, y = tr["X"], tr["y"].astype(int)
+    print(f"train: {fit.sum()} regions / {(~calib_ph).sum()} photos; calibration: {cal.sum()} / "
+          f"{calib_ph.sum()}", file=sys.stderr)
+    if args.kind == "gbdt":
+        from sklearn.ensemble import HistGradientBoostingClassifier
+        clf = HistGradientBoostingClassifier(
+            max_iter=args.iters, learning_rate=args.lr, max_leaf_nodes=args.leaves,
+            min_samples_leaf=40, l2_regularization=1.0, early_stopping=False,
+            random_state=args.seed)
+        clf.fit(X[fit], y[fit])
+
+        body = export_gbdt(clf)
+    else:
+        from sklearn.neural_network import MLPClassifier
+        mean = X[fit].mean(axis=0)
+        scale = X[fit].std(axis=0) + 1e-3
+        clip = 6.0
+        Z = np.clip((X[fit] - mean) / scale, -clip, clip)
+        clf = MLPClassifier(hidden_layer_sizes=(64, 32), alpha=1e-3, max_iter=300,
+                            early_stopping=True, random_state=args.seed)
+        clf.fit(Z, y[fit])
+        body = export_mlp(clf, mean, scale, clip)
+    doc = {"format": MODEL_FORMAT, "id": Path(args.out).stem, "kind": args.kind,
+           "classes": list(MARKS), "feature_names": list(FEATURE_NAMES), args.kind: body,
+           "temperature": 1.0}
+    reader = model_from_dict(doc, source="<training>")
+    # A few stored rows with scikit-learn's own probabilities: the test that the JSON model,
+    # evaluated by vision.learned, is the model that was trained (tests/test_vision_learned.py).
+    check_rows = []
+    for c in range(len(MARKS)):
+        idx = np.flatnonzero(cal & (y == c))
+        if idx.size:
+            check_rows += idx[:: max(1, idx.size // 2)][:2].tolist()
+    Xc = X[check_rows]
+    sk = clf.predict_proba(Xc if args.kind == "gbdt" else np.clip((Xc - mean) / scale, -clip, clip))
+    sk_full = np.zeros((len(check_rows), len(MARKS)))
+    sk_full[:, clf.classes_] = sk
+    ours = reader.predict_proba(Xc, calibrated=False)
+    gap = float(np.abs(ours - sk_full).max())
+    print(f"JSON model vs scikit-learn on {len(check_rows)} rows: max |dp| = {gap:.2e}", file=sys.stderr)
+    if args.save_sklearn:
+        import pickle
+        Path(args.save_sklearn).write_bytes(pickle.dumps((clf, Xc, sk_full)))
+    if gap > 2e-5:
+        sys.exit("the exported model does not reproduce scikit-learn's probabilities")
+    raw_cal = reader.raw_scores(X[cal])
+    # temperature: least log-loss on the calibration photos
+    yc = y[cal]
+    best_T, best_nll = 1.0, np.inf
+    for T in np.exp(np.linspace(np.log(0.3), np.log(5.0), 60)):
+        pc = masked_proba(raw_cal, tr["allowed"][cal], T)
+        nll = -np.mean(np.log(np.maximum(pc[np.arange(len(yc)), yc], 1e-12)))
+        if nll < best_nll:
+            best_T, best_nll = float(T), float(nll)
+    pc = masked_proba(raw_cal, tr["allowed"][cal], best_T)
+    calset = {k: (v[cal] if isinstance(v, np.ndarray) and len(v) == len(y) else v) for k, v in tr.items()}
+    calset["skipped"] = []
+    rule, how = choose_rule(pc, tr["hand_mark"][cal], hand_conf(tr)[cal], tr["photo_conf"][cal], yc,
+                            margin=args.margin, photo_gate=args.photo_gate)
+    print(f"temperature {best_T:.3f} (calibration log-loss {best_nll:.4f}); rule {rule} {how}",
+          file=sys.stderr)
+    validation = {"calibration_split": summarise(calset, pc, rule)}
+    for vp in args.val:
+        vd = load_sets([vp])
+        pv = masked_proba(reader.raw_scores(vd["X"]), vd["allowed"], best_T)
+        painters = sorted(set(vd["painter"].tolist()))
+        validation[Path(vp).stem] = {"painter": painters, **summarise(vd, pv, rule)}
+    for k, v in validation.items():
+        print(k, json.dumps(v), file=sys.stderr)
+
+    def digest(p):
+        return hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16]
+
+    doc.update({
+        "temperature": round(best_T, 4),
+        "decision": {k: getattr(rule, k) for k in DecisionRule.__dataclass_fields__},
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "training": {"command": "scripts/train_reader.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                     "datasets": [{"path": p, "sha256_16": digest(p)} for p in args.train],
+                     "folders": sorted({str(f) for p in args.train for f in np.load(p)["folders"]}),
+                     "seed_range": [int(tr["seeds"].min()), int(tr["seeds"].max())],
+                     "photos": int(n_ph), "regions": int(len(y)),
+                     "calibration_photos": int(calib_ph.sum()), "split_seed": args.seed,
+                     "margin": args.margin,
+                     "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr} if args.kind == "gbdt"
+                     else {"hidden": [64, 32]}},
+        "validation": validation,
+    })
+    model_from_dict(doc, source="<export>")  # the file must load
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    check = Path(args.out).with_suffix(".check.json")
+    check.write_text(json.dumps({
+        "model": Path(args.out).name,
+        "note": "rows of the calibration split and scikit-learn's predict_proba for them "
+                "(no temperature, no mask): vision.learned must reproduce them",
+        "X": [[float(v) for v in row] for row in Xc],
+        "proba": [[round(float(v), 7) for v in row] for row in sk_full]}) + "\n")
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1024:.0f} KB)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The learned reader: a small classifier over the hand reader's measurements, and the rule
+that turns two readers' opinions into one verdict.
+
+The model (``calibration/models/reader-v1.json``, trained by ``scripts/train_reader.py``) maps
+one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
+hand reader's probabilities, photo quality figures) to a probability for each mark in
+``vision.marks.MARKS``. It is stored as plain JSON (gradient-boosted trees or a small
+multilayer perceptron) and evaluated here in numpy: no scikit-learn at run time.
+
+Two readers, one verdict (:func:`combine`): a reading is confident (``review`` false) only when
+the hand reader and the learned reader name the same mark and both are sure enough, with
+thresholds chosen on a calibration split the model never trained on (stored in the model file,
+``decision``). The reported confidence is the learned reader's probability for the mark,
+temperature-scaled on that split, so that it can be read as a probability.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from sheetcheck.errors import SheetcheckError
+
+MODEL_FORMAT = "sheetcheck.reader-model/1"
+MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
+DEFAULT_MODEL = MODEL_DIR / "reader-v1.json"
+
+
+class ReaderModelError(SheetcheckError):
+    """The learned reader's model file is missing, damaged or made for other features."""
+
+    code = "invalid_reader_model"
+    exit_code = 10
+    http_status = 500
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """When two agreeing readers are sure enough (chosen on the calibration split).
+
+    A reading is confident when both readers name the same mark and either
+    ``hand >= hand_min and learned >= learned_min`` (both sure), or ``learned >= learned_alone
+    and hand >= hand_floor`` (the learned reader is very sure and the hand reader, though
+    hesitant, still ranks that mark first). ``photo_gate``: below this photo confidence
+    (``vision.pipeline.photo_confidence``) nothing on the photo is confident.
+    """
+
+    hand_min: float = 0.97
+    learned_min: float = 0.97
+    learned_alone: float = 1.01
+    hand_floor: float = 0.5
+    photo_gate: float = 0.5
+
+
+@dataclass(frozen=True)
+class LearnedReader:
+    """A loaded, validated reader model (see module docstring)."""
+
+    kind: str
+    classes: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    params: Mapping[str, np.ndarray]
+    temperature: float
+    rule: DecisionRule
+    meta: Mapping
+    source: str = "<model>"
+
+    def raw_scores(self, X: np.ndarray) -> np.ndarray:
+        """(N, F) features -> (N, C) class scores (log-odds before the softmax)."""
+        X = np.asarray(X, np.float32)
+        if X.ndim != 2 or X.shape[1] != len(self.feature_names):
+            raise ValueError(f"expected (N, {len(self.feature_names)}) features, got {X.shape}")
+        p = self.params
+        if self.kind == "mlp":
+            h = np.clip((X - p["mean"]) / p["scale"], -p["clip"], p["clip"])
+            n = len([k for k in p if k.startswith("W")])
+            for i in range(n):
+                h = h @ p[f"W{i}"] + p[f"b{i}"]
+                if i < n - 1:
+                    h = np.maximum(h, 0.0)
+            return h
+        # gradient-boosted trees, all evaluated at once: one node index per (row, tree)
+        T = p["roots"].size
+        idx = np.broadcast_to(p["roots"], (X.shape[0], T)).copy()
+        rows = np.arange(X.shape[0])[:, None]
+        for _ in range(int(p["depth"])):
+            f = p["feature"][idx]
+            x = X[rows, f]
+            left = (x <= p["threshold"][idx]) | (np.isnan(x) & p["missing_left"][idx])
+            nxt = np.where(left, p["left"][idx], p["right"][idx])
+            idx = np.where(p["leaf"][idx], idx, nxt)
+        vals = p["value"][idx]  # (N, T)
+        out = np.zeros((X.shape[0], len(self.classes)), np.float64) + p["baseline"]
+        np.add.at(out.T, p["tree_class"], vals.T)
+        return out
+
+    def predict_proba(self, X: np.ndarray, *, allowed: np.ndarray | None = None,
+                      calibrated: bool = True) -> np.ndarray:
+        """(N, F) features -> (N, C) probabilities; ``allowed`` (N, C) bool masks out marks a
+        region cannot take (renormalised over the rest)."""
+        z = self.raw_scores(X).astype(np.float64)
+        if calibrated:
+            z = z / self.temperature
+        if allowed is not None:
+            z = np.where(np.asarray(allowed, bool), z, -np.inf)
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+
+def _arr(doc, key, where, problems, *, dtype=np.float32, ndim=None):
+    v = doc.get(key) if isinstance(doc, Mapping) else None
+    if v is None:
+        problems.append(f"{where}: missing '{key}'")
+        return None
+    try:
+        a = np.asarray(v, dtype=dtype)
+    except (TypeError, ValueError):
+        problems.append(f"{where}.{key}: not an array of numbers")
+        return None
+    if ndim is not None and a.ndim != ndim:
+        problems.append(f"{where}.{key}: expected {ndim} dimensions, got shape {a.shape}")
+        return None
+    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        problems.append(f"{where}.{key}: holds NaN or infinite values")
+        return None
+    return a
+
+
+def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
+    """Validate a parsed model document and build the reader (every problem reported at once).
+
+    Raises
+    ------
+    ReaderModelError
+        when anything is missing, inconsistent, or made for other features or marks.
+    """
+    from vision.marks import FEATURE_NAMES, MARKS
+
+    problems: list[str] = []
+    hint = ("Restore calibration/models/ from the repository, or retrain it with "
+            "scripts/train_reader.py (docs/EVALUATION.md).")
+    if not isinstance(doc, Mapping):
+        raise ReaderModelError(f"reader model {source} is not a JSON object.", hint=hint)
+    if doc.get("format") != MODEL_FORMAT:
+        problems.append(f"format is {doc.get('format')!r}, expected {MODEL_FORMAT!r}")
+    classes = tuple(doc.get("classes") or ())
+    if classes != MARKS:
+        problems.append(f"classes {list(classes)} are not the reader's marks {list(MARKS)}")
+    names = tuple(doc.get("feature_names") or ())
+    if names != FEATURE_NAMES:
+        missing = [n for n in FEATURE_NAMES if n not in names]
+        extra = [n for n in names if n not in FEATURE_NAMES]
+        problems.append("feature_names do not match vision.marks.FEATURE_NAMES"
+                        + (f" (missing {missing[:5]})" if missing else "")
+                        + (f" (unknown {extra[:5]})" if extra else "")
+                        + ("" if missing or extra else " (order differs)"))
+    kind = doc.get("kind")
+    F, C = len(FEATURE_NAMES), len(MARKS)
+    params: dict[str, np.ndarray] = {}
+    if kind == "mlp":
+        m = doc.get("mlp") or {}
+        params["mean"] = _arr(m, "mean", "mlp", problems, ndim=1)
+        params["scale"] = _arr(m, "scale", "mlp", problems, ndim=1)
+        params["clip"] = np.float32(m.get("clip", 6.0)) if isinstance(m.get("clip", 6.0), (int, float)) else None
+        layers = m.get("layers")
+        if not isinstance(layers, list) or not layers:
+            problems.append("mlp: 'layers' must be a non-empty list")
+            layers = []
+        width = F
+        for i, L in enumerate(layers):
+            W = _arr(L, "W", f"mlp.layers[{i}]", problems, ndim=2)
+            b = _arr(L, "b", f"mlp.layers[{i}]", problems, ndim=1)
+            if W is not None and b is not None:
+                if W.shape[0] != width or W.shape[1] != b.shape[0]:
+                    problems.append(f"mlp.layers[{i}]: W {W.shape} / b {b.shape} do not follow "
+                                    f"a layer of width {width}")
+                width = W.shape[1]
+            params[f"W{i}"], params[f"b{i}"] = W, b
+        if layers and width != C:
+            problems.append(f"mlp: the last layer has {width} outputs, expected {C}")
+        for k in ("mean", "scale"):
+            if params.get(k) is not None and params[k].shape != (F,):
+                problems.append(f"mlp.{k}: expected {F} values, got {params[k].shape}")
+        if params.get("scale") is not None and np.any(params["scale"] <= 0):
+            problems.append("mlp.scale: must be positive")
+    elif kind == "gbdt":
+        g = doc.get("gbdt") or {}
+        ints = dict(dtype=np.int64, ndim=1)
+        for k in ("feature", "left", "right", "roots", "tree_class"):
+            params[k] = _arr(g, k, "gbdt", problems, **ints)
+        # float32 like the features: the exporter stores the largest float32 not above each
+        # split value, so `x <= threshold` is exact
+        params["threshold"] = _arr(g, "threshold", "gbdt", problems, dtype=np.float32, ndim=1)
+        params["value"] = _arr(g, "value", "gbdt", problems, dtype=np.float64, ndim=1)
+        params["baseline"] = _arr(g, "baseline", "gbdt", problems, dtype=np.float64, ndim=1)
+        params["leaf"] = _arr(g, "leaf", "gbdt", problems, dtype=bool, ndim=1)
+        params["missing_left"] = _arr(g, "missing_left", "gbdt", problems, dtype=bool, ndim=1)
+        depth = g.get("depth")
+        if not isinstance(depth, int) or not 1 <= depth <= 64:
+            problems.append(f"gbdt.depth: expected an integer 1..64, got {depth!r}")
+        params["depth"] = depth
+        if not any(v is None for v in params.values()):
+            n = params["feature"].size
+            for k in ("threshold", "value", "left", "right", "leaf", "missing_left"):
+                if params[k].size != n:
+                    problems.append(f"gbdt.{k}: {params[k].size} entries, expected {n} (one per node)")
+            inner = ~params["leaf"] if params["leaf"].size == n else np.zeros(0, bool)
+            if params["feature"].size == n and inner.size and (
+                    np.any(params["feature"][inner] < 0) or np.any(params["feature"][inner] >= F)):
+                problems.append(f"gbdt.feature: indices outside 0..{F - 1}")
+            for k in ("left", "right", "roots"):
+                if params[k].size and (params[k].min() < 0 or params[k].max() >= n):
+                    problems.append(f"gbdt.{k}: node indices outside 0..{n - 1}")
+            if params["tree_class"].size != params["roots"].size or (
+                    params["tree_class"].size and (params["tree_class"].min() < 0
+                                                   or params["tree_class"].max() >= C)):
+                problems.append("gbdt.tree_class: one class index (0..7) per tree expected")
+            if params["baseline"].size != C:
+                problems.append(f"gbdt.baseline: expected {C} values")
+            # the trees are walked `depth` steps: a path must not be longer
+            if not problems:
+                params["feature"] = np.where(params["leaf"], 0, params["feature"])
+    else:
+        problems.append(f"kind is {kind!r}, expected 'mlp' or 'gbdt'")
+    temperature = doc.get("temperature", 1.0)
+    if not isinstance(temperature, (int, float)) or not 0.05 <= float(temperature) <= 20:
+        problems.append(f"temperature: expected a number in 0.05..20, got {temperature!r}")
+        temperature = 1.0
+    rd = doc.get("decision") or {}
+    rule_kw = {}
+    for k in DecisionRule.__dataclass_fields__:
+        if k in rd:
+            v = rd[k]
+            if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.5:
+                problems.append(f"decision.{k}: expected a number in 0..1.5, got {v!r}")
+            else:
+                rule_kw[k] = float(v)
+    if problems:
+        raise ReaderModelError(f"reader model {source} is damaged or does not fit this reader:",
+                               hint=hint + "\n" + "\n".join(f"  - {p}" for p in problems))
+    return LearnedReader(kind, classes, names, params, float(temperature), DecisionRule(**rule_kw),
+                         {k: doc.get(k) for k in ("id", "training", "validation", "created")},
+                         source)
+
+
+def load_model(path: str | Path = DEFAULT_MODEL) -> LearnedReader:
+    """Read and validate a model file.
+
+    Raises
+    ------
+    ReaderModelError
+        when the file cannot be read, is not JSON, or is damaged.
+    """
+    from sheetcheck.files import read_json_file
+
+    doc = read_json_file(path, what="reader model", error=ReaderModelError,
+                         hint="Restore calibration/models/ from the repository.")
+    return model_from_dict(doc, source=str(path))
+
+
+_lock = threading.Lock()
+_cache: dict[str, LearnedReader | None] = {}
+
+
+def default_model() -> LearnedReader | None:
+    """The bundled model, loaded once per process (None when no model is installed: the hand
+    reader then decides alone). A damaged file raises :class:`ReaderModelError`."""
+    key = str(DEFAULT_MODEL)
+    with _lock:
+        if key not in _cache:
+            _cache[key] = load_model(DEFAULT_MODEL) if DEFAULT_MODEL.is_file() else None
+        return _cache[key]
+
+
+def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: DecisionRule,
+            review_threshold: float, photo_confidence: float = 1.0):
+    """One verdict from the hand reading and the learned reader's probabilities.
+
+    Parameters
+    ----------
+    hand : vision.marks.RegionReading
+        The hand reader's reading (no photo-level cap).
+    probs : (C,) sequence of float
+        The learned reader's calibrated probabilities over ``classes`` (0 for marks the region
+        does not allow).
+    classes : sequence of str
+    rule : DecisionRule
+    review_threshold : float
+        A confident reading's confidence is at least this; any other is below it.
+    photo_confidence : float
+        ``vision.pipeline.photo_confidence`` of the photo.
+
+    Returns
+    -------
+    vision.marks.RegionReading
+        The learned reader's mark and probabilities; ``review`` unless the two readers agree
+        and are sure enough (``rule``). The features gain ``hand_mark``, ``hand_confidence``,
+        ``learned_mark``, ``learned_confidence``.
+    """
+    from vision.marks import RegionReading
+
+    allowed = [m for m, _ in hand.alternatives]
+    p = {c: float(v) for c, v in zip(classes, probs) if c in allowed}
+    tot = sum(p.values())
+    p = {c: (v / tot if tot > 0 else 1.0 / len(p)) for c, v in p.items()}
+    alts = tuple(sorted(p.items(), key=lambda kv: -kv[1]))
+    mark_l, p_l = alts[0]
+    mark_h, c_h = hand.mark, float(hand.confidence)
+    agree = mark_l == mark_h
+    sure = agree and ((c_h >= rule.hand_min and p_l >= rule.learned_min)
+                      or (p_l >= rule.learned_alone and c_h >= rule.hand_floor))
+    reason = ""
+    unmeasured = hand.reason == "too few unprinted pixels to read"
+    if unmeasured:
+        sure, reason = False, hand.reason
+    elif photo_confidence < rule.photo_gate:
+        sure, reason = False, "photo too unreliable (registration/resolution)"
+    elif not agree:
+        reason = f"readers disagree (hand: {mark_h} {c_h:.2f}, learned: {mark_l} {p_l:.2f})"
+    elif not sure:
+        reason = f"low confidence ({mark_l}: hand {c_h:.2f}, learned {p_l:.2f})"
+    if sure:
+        conf = max(p_l, review_threshold)
+    else:
+        # two opinions on the reported mark; never at or above the review threshold
+        hp = dict(hand.alternatives).get(mark_l, 0.0)
+        conf = min(0.5 * (p_l + hp), p_l, math.nextafter(review_threshold, 0.0) - 1e-4)
+    feats = dict(hand.features)
+    feats.update({"hand_mark": mark_h, "hand_confidence": c_h, "learned_mark": mark_l,
+                  "learned_confidence": p_l})
+    return RegionReading(hand.region_id, hand.kind, mark_l, float(conf), not sure, alts, feats,
+                         reason)
+
+
+__all__ = ["DEFAULT_MODEL", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
+           "combine", "default_model", "load_model", "model_from_dict"]
