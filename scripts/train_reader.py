@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.learned import MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
+from vision.learned import DOUBT_LEVEL, MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
 from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 
 
@@ -129,13 +129,23 @@ def export_mlp(clf, mean, scale, clip) -> dict:
 
 
 # --------------------------------------------------------------------------- decision rule
-def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y):
+def doubt_per_row(p, photo):
+    """vision.learned.photo_doubt of each row's photo."""
+    low = p.max(axis=1) < DOUBT_LEVEL
+    n = np.bincount(photo)
+    share = np.bincount(photo, low) / np.maximum(n, 1)
+    return share[photo]
+
+
+def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y, doubt=None):
     """(confident mask, correct mask) of the combined reader on one dataset."""
     p_l = p[np.arange(len(p)), mark_l]
     agree = mark_l == mark_h
     sure = agree & (((c_h >= rule.hand_min) & (p_l >= rule.learned_min))
                     | ((p_l >= rule.learned_alone) & (c_h >= rule.hand_floor)))
     sure &= pconf >= rule.photo_gate
+    if doubt is not None:
+        sure &= doubt <= rule.photo_doubt_max
     return sure, mark_l == y
 
 
@@ -143,27 +153,32 @@ def relax(t, margin):
     return 1.0 - (1.0 - t) * margin if t <= 1.0 else t
 
 
-def choose_rule(p, mark_h, c_h, pconf, y, *, margin: float, photo_gate: float) -> tuple[DecisionRule, dict]:
+def choose_rule(p, mark_h, c_h, pconf, y, doubt, *, margin: float, photo_gate: float) -> tuple[DecisionRule, dict]:
     mark_l = p.argmax(axis=1)
     best = None
     grid_l = [0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999]
-    grid_h = [0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+    grid_h = [0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 0.995]
     for lm in grid_l:
         for hm in (0.9, 0.95, 0.97, 0.99, 0.995, 0.999):
             for la in grid_l + [1.01]:
                 for hf in grid_h:
                     if la <= 1.0 and (la < lm or hf > hm):
                         continue  # the second clause only widens the first
-                    rule = DecisionRule(hm, lm, la, hf, photo_gate)
-                    loose = DecisionRule(relax(hm, margin), relax(lm, margin), relax(la, margin),
-                                         relax(hf, margin), photo_gate)
-                    s_loose, ok = rule_outcome(loose, p, mark_l, mark_h, c_h, pconf, y)
-                    if np.any(s_loose & ~ok):
-                        continue
-                    s, _ = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y)
-                    n = int(s.sum())
-                    if best is None or n > best[0]:
-                        best = (n, rule)
+                    for dm in (0.03, 0.05, 0.08, 0.12, 0.2, 1.0):
+                        rule = DecisionRule(hm, lm, la, hf, photo_gate, dm)
+                        # The margin loosens the learned reader's thresholds (a calibrated
+                        # probability) and the doubt limit (half as much again); not the hand
+                        # reader's, whose confidences sit on a few plateaus (0.9933 is most
+                        # clear empties), so that loosening it would be a jump, not a margin.
+                        loose = DecisionRule(hm, relax(lm, margin), relax(la, margin),
+                                             hf, photo_gate, min(1.0, dm * (1 + (margin - 1) / 2)))
+                        s_loose, ok = rule_outcome(loose, p, mark_l, mark_h, c_h, pconf, y, doubt)
+                        if np.any(s_loose & ~ok):
+                            continue
+                        s, _ = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt)
+                        n = int(s.sum())
+                        if best is None or n > best[0]:
+                            best = (n, rule)
     if best is None:
         rule = DecisionRule(0.999, 0.9995, 1.01, 0.999, photo_gate)
         return rule, {"note": "no rule without confident errors at the margin: strictest grid point"}
@@ -174,7 +189,7 @@ def summarise(d, p, rule: DecisionRule) -> dict:
     """Region-level figures of the hand reader alone and of the two-reader verdict."""
     y, mark_h, c_h, pconf = d["y"], d["hand_mark"], hand_conf(d), d["photo_conf"]
     mark_l = p.argmax(axis=1)
-    sure, ok = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y)
+    sure, ok = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt_per_row(p, d["photo"]))
     hand_ok = mark_h == y
     hand_sure = np.minimum(c_h, pconf) >= REVIEW_THRESHOLD
     easy_typ = np.isin(d["preset"], ["easy", "typical"])
@@ -217,6 +232,10 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=150)
     ap.add_argument("--leaves", type=int, default=15)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--min-leaf", type=int, default=40)
+    ap.add_argument("--independent", action="store_true",
+                    help="do not let the model see the hand reader's probabilities")
+    ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
@@ -231,13 +250,21 @@ def main(argv=None) -> int:
     cal = calib_ph[tr["photo"]]
     fit = ~cal
     X, y = tr["X"], tr["y"].astype(int)
+    if args.independent:
+        # The learned reader does not see the hand reader's opinion (its probabilities and
+        # confidence): the two readers then err more independently, which is what makes their
+        # agreement worth something. The columns stay (the feature list is fixed) but are
+        # constant in training, so no tree splits on them.
+        hand_cols = [j for j, n in enumerate(FEATURE_NAMES) if n.startswith("hand_")]
+        X = X.copy()
+        X[:, hand_cols] = 0.0
     print(f"train: {fit.sum()} regions / {(~calib_ph).sum()} photos; calibration: {cal.sum()} / "
           f"{calib_ph.sum()}", file=sys.stderr)
     if args.kind == "gbdt":
         from sklearn.ensemble import HistGradientBoostingClassifier
         clf = HistGradientBoostingClassifier(
             max_iter=args.iters, learning_rate=args.lr, max_leaf_nodes=args.leaves,
-            min_samples_leaf=40, l2_regularization=1.0, early_stopping=False,
+            min_samples_leaf=args.min_leaf, l2_regularization=args.l2, early_stopping=False,
             random_state=args.seed)
         clf.fit(X[fit], y[fit])
 
@@ -288,6 +315,7 @@ def main(argv=None) -> int:
     calset = {k: (v[cal] if isinstance(v, np.ndarray) and len(v) == len(y) else v) for k, v in tr.items()}
     calset["skipped"] = []
     rule, how = choose_rule(pc, tr["hand_mark"][cal], hand_conf(tr)[cal], tr["photo_conf"][cal], yc,
+                            doubt_per_row(pc, tr["photo"][cal]),
                             margin=args.margin, photo_gate=args.photo_gate)
     print(f"temperature {best_T:.3f} (calibration log-loss {best_nll:.4f}); rule {rule} {how}",
           file=sys.stderr)
@@ -314,7 +342,9 @@ def main(argv=None) -> int:
                      "photos": int(n_ph), "regions": int(len(y)),
                      "calibration_photos": int(calib_ph.sum()), "split_seed": args.seed,
                      "margin": args.margin,
-                     "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr} if args.kind == "gbdt"
+                     "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
+                                "min_leaf": args.min_leaf, "l2": args.l2,
+                                "independent": args.independent} if args.kind == "gbdt"
                      else {"hidden": [64, 32]}},
         "validation": validation,
     })

@@ -254,8 +254,12 @@ def test_two_readers_flag_every_region_of_an_unusable_photo_and_not_of_a_sound_o
     bad = classify_sheet(light.linear, model, photo_confidence=gate * 0.5)
     assert all(r.review and r.confidence < 0.97 for r in bad.readings.values())
     assert {r.reason for r in bad.readings.values()} == {"photo too unreliable (registration/resolution)"}
+    # a photo-level figure above the gate (0.9 used to cap every reading below 0.97) no longer
+    # flags the whole sheet: what is flagged is flagged for its own reasons
     good = classify_sheet(light.linear, model, photo_confidence=0.9)
-    assert sum(r.review for r in good.readings.values()) <= 0.1 * len(good.readings)
+    assert not any("photo" in r.reason for r in good.readings.values())
+    assert sum(not r.review for r in good.readings.values()) >= 0.3 * len(good.readings)
+    assert all(r.mark == marks[rid] for rid, r in good.readings.items() if rid in marks and not r.review)
 
 
 @pytest.mark.parametrize("case", ["clean", "warm_light", "partial_fills", "scribbles", "pale"])

@@ -27,6 +27,8 @@ import numpy as np
 from sheetcheck.errors import SheetcheckError
 
 MODEL_FORMAT = "sheetcheck.reader-model/1"
+#: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
+DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
 DEFAULT_MODEL = MODEL_DIR / "reader-v1.json"
 
@@ -48,6 +50,9 @@ class DecisionRule:
     and hand >= hand_floor`` (the learned reader is very sure and the hand reader, though
     hesitant, still ranks that mark first). ``photo_gate``: below this photo confidence
     (``vision.pipeline.photo_confidence``) nothing on the photo is confident.
+    ``photo_doubt_max``: when more than this share of the photo's regions get a learned
+    probability below ``DOUBT_LEVEL`` (a washed-out, blurred or badly lit photo, where even
+    the readings that look clear are suspect), nothing on the photo is confident.
     """
 
     hand_min: float = 0.97
@@ -55,6 +60,7 @@ class DecisionRule:
     learned_alone: float = 1.01
     hand_floor: float = 0.5
     photo_gate: float = 0.5
+    photo_doubt_max: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -278,8 +284,15 @@ def default_model() -> LearnedReader | None:
         return _cache[key]
 
 
+def photo_doubt(probs: np.ndarray) -> float:
+    """Share of a photo's regions whose learned probability (best mark) is below
+    ``DOUBT_LEVEL``; ``probs`` is (R, C)."""
+    probs = np.asarray(probs)
+    return float(np.mean(probs.max(axis=1) < DOUBT_LEVEL)) if probs.size else 0.0
+
+
 def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: DecisionRule,
-            review_threshold: float, photo_confidence: float = 1.0):
+            review_threshold: float, photo_confidence: float = 1.0, doubt: float = 0.0):
     """One verdict from the hand reading and the learned reader's probabilities.
 
     Parameters
@@ -295,6 +308,8 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
         A confident reading's confidence is at least this; any other is below it.
     photo_confidence : float
         ``vision.pipeline.photo_confidence`` of the photo.
+    doubt : float
+        :func:`photo_doubt` of the photo.
 
     Returns
     -------
@@ -321,10 +336,12 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
         sure, reason = False, hand.reason
     elif photo_confidence < rule.photo_gate:
         sure, reason = False, "photo too unreliable (registration/resolution)"
+    elif doubt > rule.photo_doubt_max:
+        sure, reason = False, f"photo too unclear: {doubt:.0%} of its regions are in doubt"
     elif not agree:
-        reason = f"readers disagree (hand: {mark_h} {c_h:.2f}, learned: {mark_l} {p_l:.2f})"
+        reason = f"readers disagree (hand: {mark_h} {c_h:.3f}, learned: {mark_l} {p_l:.3f})"
     elif not sure:
-        reason = f"low confidence ({mark_l}: hand {c_h:.2f}, learned {p_l:.2f})"
+        reason = f"low confidence ({mark_l}: hand {c_h:.4f}, learned {p_l:.4f})"
     if sure:
         conf = max(p_l, review_threshold)
     else:
@@ -338,5 +355,5 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
                          reason)
 
 
-__all__ = ["DEFAULT_MODEL", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
-           "combine", "default_model", "load_model", "model_from_dict"]
+__all__ = ["DEFAULT_MODEL", "DOUBT_LEVEL", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
+           "combine", "default_model", "load_model", "model_from_dict", "photo_doubt"]

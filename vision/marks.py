@@ -897,13 +897,14 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     if learned is not None:
         # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
         # gate for unusable photos; the photo's quality figures are features of the model.
-        from vision.learned import combine
+        from vision.learned import combine, photo_doubt
         allowed = np.array([[m in r.marks for m in MARKS] for r in regions], bool)
         probs = learned.predict_proba(matrix, allowed=allowed)
+        doubt = photo_doubt(probs)
         for i, r in enumerate(regions):
             readings[r.id] = combine(readings[r.id], probs[i], classes=MARKS, rule=learned.rule,
                                      review_threshold=review_threshold,
-                                     photo_confidence=photo_confidence)
+                                     photo_confidence=photo_confidence, doubt=doubt)
     elif photo_confidence < 1.0:
         for rid, rd in readings.items():
             if rd.confidence > photo_confidence:

@@ -1,0 +1,128 @@
+"""The learned reader: its JSON model loads, rejects damage, reproduces the training script's
+probabilities, and the two-reader rule flags disagreement."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from vision.learned import (DEFAULT_MODEL, DecisionRule, ReaderModelError, combine, default_model,
+                            load_model, model_from_dict)
+from vision.marks import FEATURE_NAMES, MARKS, RegionReading
+
+
+@pytest.fixture(scope="module")
+def model_doc():
+    return json.loads(DEFAULT_MODEL.read_text())
+
+
+def test_bundled_model_loads_once_and_reproduces_scikit_learns_probabilities():
+    model = default_model()
+    assert model is default_model()  # cached per process
+    assert model.classes == MARKS and model.feature_names == FEATURE_NAMES
+    check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
+    X = np.asarray(check["X"], np.float32)
+    want = np.asarray(check["proba"])
+    assert X.shape == (want.shape[0], len(FEATURE_NAMES)) and want.shape[0] >= 8
+    got = model.predict_proba(X, calibrated=False)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    # the stored rows span several marks, so a model that ignores its input would fail here
+    assert len(set(want.argmax(axis=1))) >= 4
+
+
+def test_probabilities_respect_what_a_region_allows():
+    model = default_model()
+    X = np.asarray(json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())["X"][:3],
+                   np.float32)
+    allowed = np.zeros((3, len(MARKS)), bool)
+    allowed[:, [MARKS.index("empty"), MARKS.index("written")]] = True
+    p = model.predict_proba(X, allowed=allowed)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-9)
+    assert np.all(p[:, ~allowed[0]] == 0.0)
+
+
+def test_damaged_model_files_are_clear_errors(tmp_path, model_doc):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "sheetcheck.reader-model/1", "kind": ')
+    with pytest.raises(ReaderModelError, match="not valid JSON"):
+        load_model(bad)
+    with pytest.raises(ReaderModelError, match="cannot read reader model"):
+        load_model(tmp_path / "missing.json")
+    doc = copy.deepcopy(model_doc)
+    doc["feature_names"] = doc["feature_names"][:-1]
+    with pytest.raises(ReaderModelError, match="feature_names do not match"):
+        model_from_dict(doc)
+    doc = copy.deepcopy(model_doc)
+    body = doc[doc["kind"]]
+    if doc["kind"] == "gbdt":
+        body["left"][body["roots"][0]] = 10 ** 9
+        body["threshold"] = body["threshold"][:-1]
+        with pytest.raises(ReaderModelError, match=r"(?s)gbdt.threshold: .*gbdt.left: node indices"):
+            model_from_dict(doc)
+    else:
+        body["layers"][0]["W"] = body["layers"][0]["W"][:-1]
+        with pytest.raises(ReaderModelError, match="do not follow a layer"):
+            model_from_dict(doc)
+    doc = copy.deepcopy(model_doc)
+    doc["temperature"] = "hot"
+    doc["decision"]["learned_min"] = 7
+    with pytest.raises(ReaderModelError, match=r"(?s)temperature: .*decision.learned_min"):
+        model_from_dict(doc)
+    with pytest.raises(ReaderModelError, match="not a JSON object"):
+        model_from_dict([1, 2])
+
+
+def _hand(mark, conf, alts):
+    return RegionReading("cell.r1.c1", "cell", mark, conf, conf < 0.97, tuple(alts), {}, "")
+
+
+def _probs(**p):
+    return [p.get(m, 0.0) for m in MARKS]
+
+
+RULE = DecisionRule(hand_min=0.97, learned_min=0.99, learned_alone=0.998, hand_floor=0.6,
+                    photo_gate=0.5)
+
+
+def test_two_readers_that_agree_and_are_sure_give_a_confident_reading():
+    hand = _hand("red", 0.99, [("red", 0.99), ("orange", 0.01)])
+    r = combine(hand, _probs(red=0.995, orange=0.005), classes=MARKS, rule=RULE,
+                review_threshold=0.97)
+    assert r.mark == "red" and not r.review and r.confidence >= 0.97
+    assert r.features["hand_mark"] == "red" and r.features["learned_mark"] == "red"
+
+
+def test_disagreement_is_always_flagged_whatever_the_confidences():
+    hand = _hand("crossed", 0.99, [("crossed", 0.99), ("red", 0.01)])
+    r = combine(hand, _probs(red=0.9999, crossed=0.0001), classes=MARKS, rule=RULE,
+                review_threshold=0.97)
+    assert r.review and r.confidence < 0.97
+    assert "readers disagree" in r.reason and "hand: crossed" in r.reason
+    assert r.mark == "red" and r.features["hand_mark"] == "crossed"
+
+
+def test_a_hesitant_hand_reader_is_overruled_only_by_a_very_sure_learned_reader():
+    hand = _hand("empty", 0.8, [("empty", 0.8), ("crossed", 0.2)])
+    sure = combine(hand, _probs(empty=0.999, crossed=0.001), classes=MARKS, rule=RULE,
+                   review_threshold=0.97)
+    assert not sure.review
+    less = combine(hand, _probs(empty=0.995, crossed=0.005), classes=MARKS, rule=RULE,
+                   review_threshold=0.97)
+    assert less.review and less.confidence < 0.97 and "low confidence" in less.reason
+    weak_hand = _hand("empty", 0.55, [("empty", 0.55), ("crossed", 0.45)])
+    assert combine(weak_hand, _probs(empty=0.9999), classes=MARKS, rule=RULE,
+                   review_threshold=0.97).review
+
+
+def test_a_bad_photo_and_an_unmeasurable_region_are_flagged():
+    hand = _hand("blue", 0.99, [("blue", 0.99), ("purple", 0.01)])
+    r = combine(hand, _probs(blue=0.9999), classes=MARKS, rule=RULE, review_threshold=0.97,
+                photo_confidence=0.2)
+    assert r.review and "photo too unreliable" in r.reason
+    hand = RegionReading("s1", "space", "empty", 0.5, True, (("empty", 0.9), ("blue", 0.1)), {},
+                         "too few unprinted pixels to read")
+    assert combine(hand, _probs(empty=0.9999), classes=MARKS, rule=RULE,
+                   review_threshold=0.97).review
