@@ -1549,7 +1549,11 @@ def _locate_by_anchor_quads(image_grey, image, cands, squares, small):
     pages = []
     for q, sqs in quads:
         for t in layouts.values():
-            for shift in range(4):
+            mc = np.array([m.corners_mm().mean(0) for m in t.markers])
+            turned = np.array([t.width_mm, t.height_mm]) - mc
+            symmetric = all(np.min(np.linalg.norm(mc - p_, axis=1)) < 0.5 for p_ in turned)
+            # with markers placed symmetrically, shifts 2 and 3 give the outlines of 0 and 1
+            for shift in ((0, 1) if symmetric else range(4)):
                 pq = _page_quad_from_marker_centres(t, q, shift, sqs)
                 if pq is not None:
                     pages.append((_coarse_quad_score(image_grey, pq, cands), pq))
@@ -1787,7 +1791,11 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
             page = _locate_by_page(grey, cands, markers_printed=None, image=a)
         except (NoSheetFoundError, SheetCutOffError) as e:
             page, page_err = None, e
-        anchored = _locate_by_anchor_quads(grey, a, cands, squares, small) if squares else None
+        # The squares route costs ~0.2-0.7 s on a busy table: only when the page route failed,
+        # lined up weakly, or itself found the print lined up better with markers printed.
+        weak = page is None or page[4].get("markers_printed") or \
+            registration_score(grey, page[1], page[0], markers=False) < 0.45
+        anchored = _locate_by_anchor_quads(grey, a, cands, squares, small) if squares and weak else None
         if anchored is not None and page is not None:
             # Keep the anchored route when three or more squares were confirmed as the sheet's
             # markers and its print lines up about as well (marker corners are more precise than
