@@ -47,6 +47,11 @@ TILE_MM = 16.0
 MEASURE_DPI_MAX = 60.0
 #: Largest local correction believed, in mm; beyond it a tile has locked onto the wrong line.
 MAX_SHIFT_MM = 3.0
+#: Median misalignment (px at the output dpi) under the plain homography above which the page
+#: is taken for bent and measured with wide tiles first.
+BENT_RESIDUAL_PX = 3.0
+#: Largest shift believed on the wide tiles of a bent page, mm.
+WIDE_SHIFT_MM = 12.0
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,17 @@ def _grey(a):
 class _RefTiles:
     """The reference's tiles worth measuring (print in two directions), precomputed once."""
 
-    def __init__(self, ref_ink: np.ndarray, tile: int, stride: int):
+    def __init__(self, ref_ink: np.ndarray, tile: int, stride: int, *, cover: bool = False):
         h, w = ref_ink.shape
         ys = np.arange(0, max(1, h - tile + 1), stride)
         xs = np.arange(0, max(1, w - tile + 1), stride)
+        if cover:
+            # one more row / column of tiles flush with the far edges: the regular grid can
+            # stop up to a stride short of them, and a curled edge moves fastest right there
+            if h - tile > ys[-1]:
+                ys = np.append(ys, h - tile)
+            if w - tile > xs[-1]:
+                xs = np.append(xs, w - tile)
         gx = cv2.Sobel(ref_ink, cv2.CV_32F, 1, 0, ksize=3)
         gy = cv2.Sobel(ref_ink, cv2.CV_32F, 0, 1, ksize=3)
         Y, X = np.meshgrid(ys, xs, indexing="ij")
@@ -273,6 +285,44 @@ class _Field:
         return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
 
 
+class _GridField:
+    """A displacement field on a (possibly uneven) grid of tile centres that continues
+    linearly past the outermost centres instead of holding their value: the displacement of
+    a bent page keeps growing towards the lifted edge, and the regions between the last tile
+    centre and the edge are where it is largest."""
+
+    def __init__(self, values: np.ndarray, cy: np.ndarray, cx: np.ndarray, scale: float = 1.0):
+        v = (values * scale).astype(np.float64)
+        cy = (np.asarray(cy, float) + 0.5) * scale - 0.5
+        cx = (np.asarray(cx, float) + 0.5) * scale - 0.5
+        # one extrapolated ring, one grid step further out, half the linear trend (a full
+        # linear continuation amplifies the noise of the two outermost tiles)
+        def ext(a, axis):
+            if a.shape[axis] < 2:
+                return np.concatenate([np.take(a, [0], axis), a, np.take(a, [-1], axis)], axis)
+            first, second = np.take(a, [0], axis), np.take(a, [1], axis)
+            last, prev = np.take(a, [-1], axis), np.take(a, [-2], axis)
+            return np.concatenate([first + 0.5 * (first - second), a, last + 0.5 * (last - prev)], axis)
+
+        def ext_c(c):
+            d0 = c[1] - c[0] if len(c) > 1 else 1.0
+            d1 = c[-1] - c[-2] if len(c) > 1 else 1.0
+            return np.concatenate([[c[0] - d0], c, [c[-1] + d1]])
+        self.v = ext(ext(v, 0), 1).astype(np.float32)
+        self.cy, self.cx = ext_c(cy), ext_c(cx)
+
+    def at(self, pts: np.ndarray) -> np.ndarray:
+        """Displacement at (..., 2) output index coords."""
+        # fractional grid index along each axis (the grid may be uneven at its far edges)
+        u = np.interp(pts[..., 0], self.cx, np.arange(len(self.cx))).astype(np.float32)
+        v = np.interp(pts[..., 1], self.cy, np.arange(len(self.cy))).astype(np.float32)
+        shp = u.shape
+        u2, v2 = u.reshape(-1, 1), v.reshape(-1, 1)
+        dx = cv2.remap(self.v[..., 0], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        dy = cv2.remap(self.v[..., 1], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
+
+
 @functools.lru_cache(maxsize=16)
 def _grid(size, step):
     """Coarse output grid (index coords) one cell beyond each side, for exact upsampling
@@ -326,27 +376,31 @@ def _photo_maps(M: np.ndarray, size, displacement, *, step: int = 8,
 _ref_cache: dict = {}
 
 
-def _reference_tiles(t, dpi: float, markers: bool, tile: int, stride: int) -> _RefTiles:
-    """Reference ink at ``dpi`` cut into its usable tiles, cached per template."""
-    key = (t.id, t.version, t.source, round(dpi, 3), markers, tile, stride)
+def _reference_tiles(t, dpi: float, markers: bool, tile: int, stride: int, *,
+                     cover: bool = False) -> _RefTiles:
+    """Reference ink at ``dpi`` cut into its usable tiles, cached per template.
+    ``cover``: add tiles flush with the right and bottom edges (see :class:`_RefTiles`)."""
+    key = (t.id, t.version, t.source, round(dpi, 3), markers, tile, stride) + (("cover",) if cover else ())
     hit = _ref_cache.get(key)
     if hit is not None:
         return hit
     k = dpi / MM_PER_INCH
     ref = reference_render(t, dpi=dpi, markers=markers)
     ink = _ink_of(np.asarray(ref), background_px=k * 6).astype(np.float32)
-    rt = _RefTiles(ink, tile, stride)
+    rt = _RefTiles(ink, tile, stride, cover=cover)
     if len(_ref_cache) > 48:
         _ref_cache.clear()
     _ref_cache[key] = rt
     return rt
 
 
-def _fit_field(shifts, weight, centres, *, tol, scale):
+def _fit_field(shifts, weight, centres, *, tol, scale, extrapolate=False):
     w2 = _reject_outliers(shifts, weight, tol=tol)
     if (w2 > 0).sum() < 4:
         return None, w2
     f = _smooth_field(shifts, w2, sigma=1.0)
+    if extrapolate:
+        return _GridField(f, centres[0], centres[1], scale), w2
     return _Field(f, centres[0], centres[1], scale), w2
 
 
@@ -459,10 +513,10 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     tile_mm, fine_tile, dpi_c, tile_c = _pass_sizes(dpi_f)
     info.update({"measure_dpi": round(dpi_f, 1), "tile_mm": round(tile_mm, 1)})
 
-    def measure_pass(mdpi, tile, stride, displacement, max_shift, every=1):
+    def measure_pass(mdpi, tile, stride, displacement, max_shift, every=1, cover=False):
         """Warp at ``mdpi`` (displacement in output px) and measure shifts in ``mdpi`` px."""
         size_m = frame_size(t, mdpi)
-        rt = _reference_tiles(t, mdpi, markers, tile, stride)
+        rt = _reference_tiles(t, mdpi, markers, tile, stride, cover=cover)
         lvl = 0
         while ratio * (dpi / mdpi) * (pyramid[lvl].shape[1] / ww) >= 2.0:
             # halve the photo (pyrDown low-passes first): index -> (i + 0.5) / 2 - 0.5
@@ -500,19 +554,48 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         out, valid = finish(None)
         return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
 
+    disp_c = field_c.at
+    plain_px = info["residual_px_before"]
+    bent = plain_px is not None and plain_px > BENT_RESIDUAL_PX
+    info["bent"] = bent
+    if bent:
+        # --- a bent page: wide overlapping tiles first, capture of about a third of a tile
+        # (the coarse pass alone believes at most 4.5 mm, and a curled edge moves 5-10 mm),
+        # then the coarse pass again on the widely corrected image ---
+        tile_w = 2 * tile_c
+        s_w, w_w, cen_w = measure_pass(dpi_c, tile_w, tile_w // 2, None, WIDE_SHIFT_MM * kc,
+                                       cover=True)
+        field_w, _ = _fit_field(s_w, w_w, cen_w, tol=max(1.5, 1.0 * kc), scale=dpi / dpi_c,
+                                extrapolate=True)
+        info["tiles_wide"] = int((w_w > 0).sum())
+        if field_w is not None:
+            s_c2, w_c2, cen_c2 = measure_pass(dpi_c, tile_c, tile_c, field_w.at,
+                                              MAX_SHIFT_MM * kc * 1.5, cover=True)
+            field_c2, _ = _fit_field(s_c2, w_c2, cen_c2, tol=max(1.0, 0.5 * kc), scale=dpi / dpi_c,
+                                     extrapolate=True)
+            info["tiles_coarse2"] = int((w_c2 > 0).sum())
+            if field_c2 is None:
+                disp_c = field_w.at
+            else:
+                def disp_c(q):
+                    dq = field_c2.at(q)
+                    return dq + field_w.at(q + dq)
+
     # --- fine pass: on the coarsely corrected image ---
-    s_f, w_f, cen_f = measure_pass(dpi_f, fine_tile, fine_tile, field_c.at, 0.4 * MAX_SHIFT_MM * kf)
-    field_f, _ = _fit_field(s_f, w_f, cen_f, tol=max(1.0, 0.3 * kf), scale=dpi / dpi_f)
+    s_f, w_f, cen_f = measure_pass(dpi_f, fine_tile, fine_tile, disp_c, 0.4 * MAX_SHIFT_MM * kf,
+                                   cover=bent)
+    field_f, _ = _fit_field(s_f, w_f, cen_f, tol=max(1.0, 0.3 * kf), scale=dpi / dpi_f,
+                            extrapolate=bent)
     info["tiles_fine"] = int((w_f > 0).sum())
     mid = _median_misalignment(s_f, w_f)
     info["residual_px_mid"] = None if mid is None else mid * dpi / dpi_f
 
     if field_f is None:
-        disp = field_c.at
+        disp = disp_c
     else:
         def disp(q):
             dq = field_f.at(q)
-            return dq + field_c.at(q + dq)
+            return dq + disp_c(q + dq)
     # --- check: measure again through the final map (every other tile) ---
     s2, w2, _ = measure_pass(dpi_f, fine_tile, fine_tile, disp, 0.4 * MAX_SHIFT_MM * kf, every=2)
     after = _median_misalignment(s2, w2)
