@@ -90,19 +90,27 @@ class LearnedReader:
                 if i < n - 1:
                     h = np.maximum(h, 0.0)
             return h
-        # gradient-boosted trees, all evaluated at once: one node index per (row, tree)
-        T = p["roots"].size
-        idx = np.broadcast_to(p["roots"], (X.shape[0], T)).copy()
-        rows = np.arange(X.shape[0])[:, None]
+        # Gradient-boosted trees, all evaluated at once: every split is compared for every
+        # row in one go, then each (row, tree) walks down by table look-ups (a leaf's children
+        # are itself, so finished walks stay put). The features are finite by construction
+        # (vision.marks.region_feature_matrix); a NaN, should one slip through, reads as 0.
+        N = X.shape[0]
+        xt = np.ascontiguousarray(np.nan_to_num(X).T)[p["feature"]]  # (nodes, N): row gathers
+        flat = (xt > p["threshold"][:, None]).reshape(-1)  # True: go right
+        rows = np.arange(N, dtype=np.int32)[:, None]
+        idx = np.broadcast_to(p["roots"], (N, p["roots"].size)).copy()
+        child = p["child"]
         for _ in range(int(p["depth"])):
-            f = p["feature"][idx]
-            x = X[rows, f]
-            left = (x <= p["threshold"][idx]) | (np.isnan(x) & p["missing_left"][idx])
-            nxt = np.where(left, p["left"][idx], p["right"][idx])
-            idx = np.where(p["leaf"][idx], idx, nxt)
-        vals = p["value"][idx]  # (N, T)
-        out = np.zeros((X.shape[0], len(self.classes)), np.float64) + p["baseline"]
-        np.add.at(out.T, p["tree_class"], vals.T)
+            idx = child.take(2 * idx + flat.take(idx * N + rows))
+        vals = p["value"].take(idx)  # (N, T)
+        out = np.zeros((N, len(self.classes)), np.float64) + p["baseline"]
+        C = len(self.classes)
+        tc = p["tree_class"]
+        if tc.size % C == 0 and np.array_equal(tc, np.tile(np.arange(C), tc.size // C)):
+            out += vals.reshape(N, -1, C).sum(axis=1)  # one tree per class and iteration
+        else:
+            for c in range(C):
+                out[:, c] += vals[:, tc == c].sum(axis=1)
         return out
 
     def predict_proba(self, X: np.ndarray, *, allowed: np.ndarray | None = None,
@@ -229,9 +237,14 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
                 problems.append("gbdt.tree_class: one class index (0..7) per tree expected")
             if params["baseline"].size != C:
                 problems.append(f"gbdt.baseline: expected {C} values")
-            # the trees are walked `depth` steps: a path must not be longer
             if not problems:
                 params["feature"] = np.where(params["leaf"], 0, params["feature"])
+                node = np.arange(n)
+                # children table, [left, right] per node; a leaf leads to itself
+                params["child"] = np.stack([np.where(params["leaf"], node, params["left"]),
+                                            np.where(params["leaf"], node, params["right"])],
+                                           axis=1).reshape(-1).astype(np.int32)
+                params["roots"] = params["roots"].astype(np.int32)
     else:
         problems.append(f"kind is {kind!r}, expected 'mlp' or 'gbdt'")
     temperature = doc.get("temperature", 1.0)
