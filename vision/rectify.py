@@ -454,7 +454,9 @@ def prepare(template, *, dpi: float = 100.0, markers: bool = True) -> None:
     (renderings and tile spectra at the measuring resolutions), so that the first photo of
     each template does not pay for them (~50 ms). Covers every photo with at least
     ``MEASURE_DPI_MAX`` px per inch of sheet (any phone photo decoded at 2000 px); smaller
-    photos measure at a lower resolution and build theirs on first use."""
+    photos measure at a lower resolution and build theirs on first use. The bent-page path's
+    tiles (wide, and flush with the edges) are not built here either: the first bent photo of
+    a template builds them (~35 ms), so that flat pages pay nothing for them at start-up."""
     dpi_f = _measure_dpi(dpi, 10.0)
     _, fine_tile, dpi_c, tile_c = _pass_sizes(dpi_f)
     _reference_tiles(template, dpi_f, markers, fine_tile, fine_tile)
