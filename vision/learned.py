@@ -37,7 +37,8 @@ class ReaderModelError(SheetcheckError):
     """The learned reader's model file is missing, damaged or made for other features."""
 
     code = "invalid_reader_model"
-    exit_code = 10
+    #: next to the templates' codes (20, 21): calibration data shipped with sheetcheck
+    exit_code = 22
     http_status = 500
 
 
