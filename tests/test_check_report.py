@@ -20,7 +20,7 @@ def _game(tid, seed=3):
 
 def _reads(marks, uncertain=None):
     uncertain = uncertain or {}
-    return {rid: RegionRead(m, 0.6 if rid in uncertain else 0.999, rid in uncertain,
+    return {rid: RegionRead(m, 0.95 if rid in uncertain else 0.999, rid in uncertain,
                             tuple(uncertain.get(rid, ())))
             for rid, m in marks.items()}
 
@@ -177,7 +177,7 @@ def test_corrections_replace_readings_and_are_recorded():
     assert [(c.region, c.read, c.mark) for c in r.corrections] == [(box, "empty", marks[box])]
     doc = r.to_json()
     assert doc["corrections"] == [{"region": box, "read": "empty", "mark": marks[box]}]
-    assert doc["readings"][box] == {"mark": marks[box], "read": "empty", "confidence": 0.6,
+    assert doc["readings"][box] == {"mark": marks[box], "read": "empty", "confidence": 0.95,
                                     "review": True, "alternatives": [[marks[box], 0.4]]}
 
 
@@ -240,7 +240,7 @@ def test_low_confidence_tries_every_allowed_mark():
     t, e, st = _game("crypts-2")
     marks = e.state_to_marks(st)
     box = _coloured_point_box(t, marks)
-    sure = RegionRead(marks[box], 0.7, True, (("crossed", 0.29), ("empty", 0.01)))
+    sure = RegionRead(marks[box], 0.95, True, (("crossed", 0.29), ("empty", 0.01)))
     unsure = RegionRead(marks[box], 0.05, True, (("crossed", 0.29), ("empty", 0.01)))
     tried = lambda rr: {a.mark for a in build_report(t, {**_reads(marks), box: rr}).uncertain[0].alternatives}
     assert tried(sure) == {"crossed"}                      # the best alternative; 'empty' < 2 %
