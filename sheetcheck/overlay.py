@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from sheetcheck.report import Report, Verdict
+from sheetcheck.report import Report, Verdict, percent
 
 MARK_RGB = {"orange": (255, 128, 0), "red": (215, 25, 32), "blue": (30, 90, 230),
             "green": (20, 150, 55), "purple": (135, 45, 175), "crossed": (0, 0, 0),
@@ -209,7 +209,7 @@ def _panel(report: Report, *, height: int, k: float) -> Image.Image:
                 alts = "matters together with the other R regions"
             if u.evidence_for and not alts:
                 alts = f"unreadable, yet evidence for {', '.join(u.evidence_for)}"
-            rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({u.confidence:.0%}); {alts}",
+            rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({percent(u.confidence)}); {alts}",
                          REVIEW_RGB))
     if report.corrections:
         rows.append(("gap",))

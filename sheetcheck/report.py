@@ -462,6 +462,13 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
 # text
 # ---------------------------------------------------------------------------------------------
 
+def percent(confidence: float) -> str:
+    """A confidence as a percentage that never rounds a flagged reading up to look sure
+    (0.9699, below the review threshold, is "96.9 %", not "97 %")."""
+    import math
+    return f"{math.floor(float(confidence) * 1000) / 10:.1f} %"
+
+
 def format_text(report: Report) -> str:
     """The report as a player reads it on a terminal."""
     t = report.template
@@ -498,7 +505,7 @@ def format_text(report: Report) -> str:
                 alts = f"together with the other regions listed it changes {', '.join(u.together)}"
             if u.evidence_for and not alts:
                 alts = f"could not be read, yet it is evidence for {', '.join(u.evidence_for)}"
-            out.append(f"  {u.region}: read {u.read} ({u.confidence:.0%}); {alts}")
+            out.append(f"  {u.region}: read {u.read} ({percent(u.confidence)}); {alts}")
     if report.did_not_matter:
         out.append("")
         out.append("uncertain but did not matter: "

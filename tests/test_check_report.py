@@ -268,3 +268,15 @@ def test_unreadable_evidence_blocks_a_false_discrepancy():
     assert [u.evidence_for for u in r.review] == [("reefs.one_route",)]
     fixed = build_report(t, reads, fixes={k: truth[k] for k in misread})
     assert fixed.verdict is Verdict.OK and fixed.rules_total == exp["total"]["rules"]
+
+
+def test_a_flagged_confidence_is_never_shown_rounded_up_to_look_sure():
+    """0.9699 is below the review threshold: printed as 96.9 %, not the 97 % of plain rounding."""
+    from sheetcheck.report import percent
+    assert percent(0.9699) == "96.9 %"
+    assert percent(0.97) == "97.0 %" and percent(1.0) == "100.0 %" and percent(0.0) == "0.0 %"
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    box = _coloured_point_box(t, marks)
+    r = build_report(t, {**_reads(marks), box: RegionRead(marks[box], 0.9699, True, (("empty", 0.03),))})
+    assert f"{box}: read {marks[box]} (96.9 %)" in format_text(r)

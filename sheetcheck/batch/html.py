@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from sheetcheck.batch.export import VERDICT_ORDER, correction_log, sort_rows, utc_time
+from sheetcheck.report import percent
 
 
 def asset_name(sha256: str) -> str:
@@ -107,7 +108,7 @@ def _sheet(r: dict, out: Path) -> str:
                 for f in rep["findings"]) + "</ul>")
         if rep["review"]:
             mid.append("<p><b>review these regions</b></p><ul>" + "".join(
-                f"<li>{_e(u['region'])}: read {_e(u['read'])} ({u['confidence']:.0%}); "
+                f"<li>{_e(u['region'])}: read {_e(u['read'])} ({percent(u['confidence'])}); "
                 + "; ".join(f"if {_e(x['mark'])}: rules {x['rules_total']}, claimed {x['claimed_total']}"
                             for x in u["alternatives"] if x["changes"])
                 + (f"together with the others it changes {_e(', '.join(u.get('together', [])))}"

@@ -84,7 +84,8 @@ def photo_view(history: list[dict], out: str | Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def _pct(x) -> str:
-    return f"{float(x):.0%}"
+    from sheetcheck.report import percent
+    return percent(x)  # never rounds a flagged 0.9699 up to a sure-looking "97 %"
 
 
 def _review_line(u: dict) -> str:

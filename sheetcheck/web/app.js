@@ -171,7 +171,7 @@ function openFix(reg) {
   const reading = audit.report.readings[reg.id] || {};
   $("#fix-title").textContent = `Correct ${reg.id}`;
   $("#fix-current").textContent = `Read as: ${reading.mark || "?"}` +
-    (reading.confidence !== undefined ? ` (confidence ${Math.round(reading.confidence * 100)} %)` : "");
+    (reading.confidence !== undefined ? ` (confidence ${(Math.floor(reading.confidence * 1000) / 10).toFixed(1)} %)` : "");
   const box = $("#fix-marks");
   box.replaceChildren();
   for (const mark of reg.marks) {
