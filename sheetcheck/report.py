@@ -497,8 +497,9 @@ def format_text(report: Report) -> str:
         for c in report.corrections:
             out.append(f"  {c.region}: read {c.read} -> {c.mark}")
     if report.review:
-        out += ["", "review these regions"]
-        for u in report.review:
+        out += ["", "review these regions (the most doubtful first)"]
+        # (a person may stop early: the least sure readings are the likeliest to be wrong)
+        for u in sorted(report.review, key=lambda u: (u.confidence, u.region)):
             alts = "; ".join(f"if {a.mark}: rules {a.rules_total}, claimed {a.claimed_total}"
                              for a in u.alternatives if a.changes)
             if u.together and not alts:

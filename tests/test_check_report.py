@@ -280,3 +280,17 @@ def test_a_flagged_confidence_is_never_shown_rounded_up_to_look_sure():
     box = _coloured_point_box(t, marks)
     r = build_report(t, {**_reads(marks), box: RegionRead(marks[box], 0.9699, True, (("empty", 0.03),))})
     assert f"{box}: read {marks[box]} (96.9 %)" in format_text(r)
+
+
+def test_the_text_lists_the_most_doubtful_review_first():
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    boxes = [rid for rid in marks if rid.startswith("points.") and marks[rid] != "empty"][:2]
+    assert len(boxes) == 2
+    reads = {**_reads(marks),
+             boxes[0]: RegionRead(marks[boxes[0]], 0.95, True, (("empty", 0.05),)),
+             boxes[1]: RegionRead(marks[boxes[1]], 0.6, True, (("empty", 0.4),))}
+    r = build_report(t, reads)
+    assert {u.region for u in r.review} == set(boxes)   # both matter (a coloured point box)
+    text = format_text(r)
+    assert text.index(f"{boxes[1]}: read") < text.index(f"{boxes[0]}: read")
