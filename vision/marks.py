@@ -462,6 +462,66 @@ def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, floa
             "dark_l_faint": l_med - drop_lo}
 
 
+class _RegionSums:
+    """Per-region sums of many per-pixel columns in one pass.
+
+    ``model.label`` runs region by region (``build_sheet_model`` concatenates each region's
+    pixels in turn), so the sums are one ``np.add.reduceat`` over a (K, P) float64 stack
+    instead of K ``np.bincount`` passes (a tenth of the time). The sums agree with bincount's
+    to rounding (~1e-15 relative: reduceat adds pairwise, bincount in pixel order); counts are
+    exact either way. Labels out of order fall back to ``bincount``.
+    """
+
+    def __init__(self, label: np.ndarray, R: int):
+        self.label, self.R = label, R
+        self.cols: list[np.ndarray] = []
+        counts = np.bincount(label, minlength=R)[:R] if label.size else np.zeros(R, np.int64)
+        self.sorted = bool(label.size == 0 or np.all(label[1:] >= label[:-1]))
+        self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.intp)
+        self.empty = counts == 0
+
+    def add(self, values: np.ndarray) -> int:
+        """Queue a (P,) column; returns its row in :meth:`sums`."""
+        self.cols.append(values)
+        return len(self.cols) - 1
+
+    def sums(self) -> np.ndarray:
+        """(K, R) float64: the queued columns summed per region."""
+        K, R, P = len(self.cols), self.R, self.label.size
+        if not self.sorted or P == 0:
+            return np.array([np.bincount(self.label, c, R) for c in self.cols]).reshape(K, R)
+        M = np.empty((K, P + 1), np.float64)
+        for j, c in enumerate(self.cols):
+            M[j, :P] = c
+        M[:, P] = 0.0  # so that empty regions at the end have a valid start
+        out = np.add.reduceat(M, np.minimum(self.starts, P), axis=1)
+        out[:, self.empty] = 0.0  # reduceat gives an empty segment its first element
+        out += 0.0  # a sum of -0.0 terms is -0.0 here, +0.0 from bincount (arctan2 tells them apart)
+        return out
+
+
+def _hue360(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.degrees(np.arctan2(b, a)) % 360.0``, the same values, without the slow float
+    remainder (arctan2 is within [-180, 180] degrees: one wrap at most)."""
+    h = np.degrees(np.arctan2(b, a))
+    neg = h < 0
+    h[neg] += 360.0
+    h += 0.0  # -0.0 -> 0.0, as the remainder gives
+    return h
+
+
+def _abs_hue_diff(h: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``np.abs(hue_diff(h, ref))`` for hues in [0, 360], the same values: the remainder of
+    ``h - ref + 180`` (within (-180, 540)) is one add or subtract of 360, both exact the way
+    ``fmod`` is."""
+    v = np.asarray(h, float) - np.asarray(ref, float) + 180.0
+    lo, hi = v < 0, v >= 360.0
+    v[lo] += 360.0
+    v[hi] -= 360.0
+    v -= 180.0
+    return np.abs(v, out=v)
+
+
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
     R = len(model.region_ids)
     lbl = model.label
@@ -487,12 +547,11 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     fsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[model.pix]
     faint &= fsum >= 4
     w = model.weight * ok
-    wsum = np.maximum(np.bincount(lbl, w, R), 1e-9)
-    n = np.bincount(lbl, ok, R)
-    cover = np.bincount(lbl, w * ink, R) / wsum
-    fcol = np.bincount(lbl, w * col, R) / wsum
-    faint_cover = np.bincount(lbl, w * faint, R) / wsum
-    fdark = np.bincount(lbl, w * dark, R) / wsum
+    # every per-region sum below is queued here and summed in one pass at the end
+    acc = _RegionSums(lbl, R)
+    k_w, k_n = acc.add(w), acc.add(ok)
+    k_cover, k_fcol = acc.add(w * ink), acc.add(w * col)
+    k_faint, k_fdark = acc.add(w * faint), acc.add(w * dark)
     # connections: share of the segment's length that carries a stroke
     line_cover = np.zeros(R)
     nb_total = int(model.line_bins.sum())
@@ -509,21 +568,21 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     else:
         faint_line = np.zeros(R)
     # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
-    h = np.degrees(np.arctan2(b, a)) % 360.0
+    h = _hue360(a, b)
     wc = np.where(col, C, 0.0)
     bins = (h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
     hist = np.bincount(lbl * _HUE_BINS + bins, wc, R * _HUE_BINS).reshape(R, _HUE_BINS)
     sm = hist + np.roll(hist, 1, axis=1) + np.roll(hist, -1, axis=1)
     peak = (np.argmax(sm, axis=1) + 0.5) * (360.0 / _HUE_BINS)
-    dh = np.abs(hue_diff(h, peak[lbl]))
-    win = col & (dh <= 25.0)
+    # (only coloured texels can be in the window: the distance is needed there alone)
+    ci = np.flatnonzero(col)
+    win = np.zeros(col.size, bool)
+    win[ci] = _abs_hue_diff(h[ci], peak[lbl[ci]]) <= 25.0
     ww = np.where(win, C, 0.0)
     rad = np.radians(h)
-    sx = np.bincount(lbl, ww * np.cos(rad), R)
-    sy = np.bincount(lbl, ww * np.sin(rad), R)
-    hue = np.degrees(np.arctan2(sy, sx)) % 360.0
-    purity = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, wc, R), 1e-9)
-    chroma = np.bincount(lbl, ww, R) / np.maximum(np.bincount(lbl, win, R), 1)
+    cos_h, sin_h = np.cos(rad), np.sin(rad)
+    k_sx, k_sy = acc.add(ww * cos_h), acc.add(ww * sin_h)
+    k_ww, k_wc, k_win = acc.add(ww), acc.add(wc), acc.add(win)
     # Stroke orientation coherence: hatching, zigzag and back-and-forth fills lay strokes in
     # one direction; a cross (two directions) or a scribbled-out region (many) does not.
     # Measured on the gradient of the ink strength (chroma + darkness) inside the region.
@@ -532,19 +591,15 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     sg = cv2.GaussianBlur(strength.reshape(H, W), (0, 0), 1.0)
     gx = cv2.Sobel(sg, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[model.pix]
     gy = cv2.Sobel(sg, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[model.pix]
-    wi = model.weight * ok
-    jr = np.bincount(lbl, wi * (gx * gx - gy * gy), R)
-    ji = np.bincount(lbl, wi * (2 * gx * gy), R)
-    jn = np.bincount(lbl, wi * (gx * gx + gy * gy), R)
-    coherence = np.hypot(jr, ji) / np.maximum(jn, 1e-6)
+    wi = w  # (the same centre weights over the readable pixels)
+    k_jr = acc.add(wi * (gx * gx - gy * gy))
+    k_ji = acc.add(wi * (2 * gx * gy))
+    k_jn = acc.add(wi * (gx * gx + gy * gy))
     b1, b2 = model.band == 1, model.band == 2
-    nb1, nb2 = np.bincount(lbl, b1 & ok, R), np.bincount(lbl, b2 & ok, R)
-    nb = nb1 + nb2
-    no = np.bincount(lbl, model.off & ok, R)
-    bc1 = np.bincount(lbl, b1 & ink, R) / np.maximum(nb1, 1)
-    bc2 = np.bincount(lbl, b2 & ink, R) / np.maximum(nb2, 1)
-    bc = np.bincount(lbl, (b1 | b2) & ink, R) / np.maximum(nb, 1)
-    oc = np.bincount(lbl, model.off & ink, R) / np.maximum(no, 1)
+    k_nb1, k_nb2 = acc.add(b1 & ok), acc.add(b2 & ok)
+    k_no = acc.add(model.off & ok)
+    k_bc1, k_bc2 = acc.add(b1 & ink), acc.add(b2 & ink)
+    k_bc, k_oc = acc.add((b1 | b2) & ink), acc.add(model.off & ink)
     # share of each diagonal's length that carries ink
     sel = model.diag_bin >= 0
     db = model.diag_bin[sel]
@@ -566,19 +621,40 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     bare = bare.reshape(H, W)
     dist = cv2.distanceTransform(bare, cv2.DIST_L2, 3).reshape(-1)[model.pix]
     core_px = 0.5 * model.dpi / 25.4
-    bare_core = np.bincount(lbl, ok & (dist >= core_px), R) / np.maximum(n, 1)
+    k_core = acc.add(ok & (dist >= core_px))
     # Faint tint: texels above this photo's faint chroma level, and how well their hues agree
     # (1 = one hue). A pale pencil leaves one hue over the area; print fringes, JPEG colour
     # bleed and chromatic aberration leave mixed hues.
     ftint = faint & (C > th["chroma_faint"])
-    faint_tint = np.bincount(lbl, w * ftint, R) / wsum
+    k_ftint = acc.add(w * ftint)
     wt = np.where(ftint, C, 0.0)
-    faint_hue_r = (np.hypot(np.bincount(lbl, wt * np.cos(rad), R), np.bincount(lbl, wt * np.sin(rad), R))
-                   / np.maximum(np.bincount(lbl, wt, R), 1e-9))
+    k_tx, k_ty, k_wt = acc.add(wt * cos_h), acc.add(wt * sin_h), acc.add(wt)
     # how dark the marked texels are (paper L* minus theirs, mean over ink): graphite and a
     # heavy hand are dark, a pale pencil or a shadow is not
-    ink_drop = (np.bincount(lbl, np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0), R)
-                / np.maximum(np.bincount(lbl, ink, R), 1))
+    k_drop = acc.add(np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0))
+    k_ink = acc.add(ink)
+    S = acc.sums()
+    wsum = np.maximum(S[k_w], 1e-9)
+    n = S[k_n]
+    cover = S[k_cover] / wsum
+    fcol = S[k_fcol] / wsum
+    faint_cover = S[k_faint] / wsum
+    fdark = S[k_fdark] / wsum
+    hue = np.degrees(np.arctan2(S[k_sy], S[k_sx])) % 360.0
+    purity = S[k_ww] / np.maximum(S[k_wc], 1e-9)
+    chroma = S[k_ww] / np.maximum(S[k_win], 1)
+    coherence = np.hypot(S[k_jr], S[k_ji]) / np.maximum(S[k_jn], 1e-6)
+    nb1, nb2 = S[k_nb1], S[k_nb2]
+    nb = nb1 + nb2
+    no = S[k_no]
+    bc1 = S[k_bc1] / np.maximum(nb1, 1)
+    bc2 = S[k_bc2] / np.maximum(nb2, 1)
+    bc = S[k_bc] / np.maximum(nb, 1)
+    oc = S[k_oc] / np.maximum(no, 1)
+    bare_core = S[k_core] / np.maximum(n, 1)
+    faint_tint = S[k_ftint] / wsum
+    faint_hue_r = np.hypot(S[k_tx], S[k_ty]) / np.maximum(S[k_wt], 1e-9)
+    ink_drop = S[k_drop] / np.maximum(S[k_ink], 1)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
