@@ -96,18 +96,31 @@ class LearnedReader:
         # are itself, so finished walks stay put). The features are finite by construction
         # (vision.marks.region_feature_matrix); a NaN, should one slip through, reads as 0.
         N = X.shape[0]
-        xt = np.ascontiguousarray(np.nan_to_num(X).T)[p["feature"]]  # (nodes, N): row gathers
-        flat = (xt > p["threshold"][:, None]).reshape(-1)  # True: go right
-        rows = np.arange(N, dtype=np.int32)[:, None]
+        # (N, nodes), row by row: one row's walks through all trees then touch one small block
+        # of the table (cache-friendly), not one entry per row scattered over all of it
+        xn = np.ascontiguousarray(np.nan_to_num(X)).take(p["feature"], axis=1)
+        n_nodes = p["feature"].size
+        flat = (xn > p["threshold"]).reshape(-1)  # True: go right
+        rows = (np.arange(N, dtype=np.int64) * n_nodes)[:, None]
         idx = np.broadcast_to(p["roots"], (N, p["roots"].size)).copy()
         child = p["child"]
+        # (in place, into two buffers: fresh arrays for each step cost as much as the steps)
+        at = np.empty(idx.shape, np.int64)
+        go = np.empty(idx.shape, bool)
         for _ in range(int(p["depth"])):
-            idx = child.take(2 * idx + flat.take(idx * N + rows))
+            np.add(idx, rows, out=at)
+            flat.take(at, out=go)
+            idx *= 2
+            idx += go
+            child.take(idx, out=idx)
         vals = p["value"].take(idx)  # (N, T)
         out = np.zeros((N, len(self.classes)), np.float64) + p["baseline"]
         C = len(self.classes)
         tc = p["tree_class"]
-        if tc.size % C == 0 and np.array_equal(tc, np.tile(np.arange(C), tc.size // C)):
+        tiled = p.get("tree_class_tiled")
+        if tiled is None:
+            tiled = tc.size % C == 0 and np.array_equal(tc, np.tile(np.arange(C), tc.size // C))
+        if tiled:
             out += vals.reshape(N, -1, C).sum(axis=1)  # one tree per class and iteration
         else:
             for c in range(C):
@@ -246,6 +259,11 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
                                             np.where(params["leaf"], node, params["right"])],
                                            axis=1).reshape(-1).astype(np.int32)
                 params["roots"] = params["roots"].astype(np.int32)
+                # trees laid out one per class in turn (the exporter's order): summed by a
+                # reshape (checked once here rather than on every call)
+                tc = params["tree_class"]
+                params["tree_class_tiled"] = bool(
+                    tc.size % C == 0 and np.array_equal(tc, np.tile(np.arange(C), tc.size // C)))
     else:
         problems.append(f"kind is {kind!r}, expected 'mlp' or 'gbdt'")
     temperature = doc.get("temperature", 1.0)
