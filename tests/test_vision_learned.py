@@ -126,3 +126,32 @@ def test_a_bad_photo_and_an_unmeasurable_region_are_flagged():
                          "too few unprinted pixels to read")
     assert combine(hand, _probs(empty=0.9999), classes=MARKS, rule=RULE,
                    review_threshold=0.97).review
+
+
+def _walk_trees(model, X):
+    """The plain reference: every row down every tree, one node at a time."""
+    p = model.params
+    out = np.tile(p["baseline"], (X.shape[0], 1)).astype(np.float64)
+    for i, x in enumerate(np.asarray(X, np.float32)):
+        for t, node in enumerate(p["roots"]):
+            while not p["leaf"][node]:
+                node = p["right"][node] if x[p["feature"][node]] > p["threshold"][node] else p["left"][node]
+            out[i, p["tree_class"][t]] += p["value"][node]
+    return out
+
+
+def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
+    model = default_model()
+    check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
+    X = np.asarray(check["X"][:6], np.float32)
+    want = _walk_trees(model, X)
+    np.testing.assert_allclose(model.raw_scores(X), want, rtol=1e-12, atol=1e-12)
+    # trees in another class order take the general summation, with the same scores
+    doc = copy.deepcopy(model_doc)
+    g = doc["gbdt"]
+    order = np.random.default_rng(0).permutation(len(g["roots"]))
+    g["roots"] = [g["roots"][k] for k in order]
+    g["tree_class"] = [g["tree_class"][k] for k in order]
+    shuffled = model_from_dict(doc)
+    assert shuffled.params["tree_class_tiled"] is False and model.params["tree_class_tiled"] is True
+    np.testing.assert_allclose(shuffled.raw_scores(X), want, rtol=1e-9, atol=1e-9)

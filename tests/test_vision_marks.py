@@ -334,3 +334,64 @@ def test_pale_pencils_are_not_confidently_confused(crypts):
     for rid, m in marks.items():
         r = sheet.readings[rid]
         assert r.mark == m or r.review, (rid, m, r.mark, r.confidence, r.features.get("chroma"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the fast paths of the classifier give the same numbers as the plain ones
+# ---------------------------------------------------------------------------------------------
+
+def test_region_sums_match_bincount_with_empty_and_unordered_regions():
+    from vision.marks import _RegionSums
+    rng = np.random.default_rng(3)
+    R = 9
+    # regions 0, 4 and 8 (first, middle, last) have no pixels
+    label = np.sort(rng.choice([1, 2, 3, 5, 6, 7], size=500)).astype(np.int32)
+    cols = [rng.random(500).astype(np.float32), rng.random(500) < 0.3,
+            -np.zeros(500, np.float32), rng.normal(size=500)]
+    for lab in (label, rng.permutation(label)):  # in region order, and the bincount fallback
+        acc = _RegionSums(lab, R)
+        rows = [acc.add(c) for c in cols]
+        S = acc.sums()
+        assert S.shape == (len(cols), R) and rows == list(range(len(cols)))
+        for k, c in enumerate(cols):
+            want = np.bincount(lab, c, R)
+            np.testing.assert_allclose(S[k], want, rtol=1e-12, atol=1e-12)
+        assert np.all(S[:, [0, 4, 8]] == 0.0)
+        # a sum of -0.0 terms is +0.0, as bincount's (the sign would flip an arctan2)
+        assert not np.signbit(S[2]).any()
+        np.testing.assert_array_equal(S[1], np.bincount(lab, cols[1], R))  # counts are exact
+
+
+def test_hue_wraps_match_the_float_remainder_bit_for_bit():
+    from vision.marks import _abs_hue_diff, _hue360
+    rng = np.random.default_rng(4)
+    a = np.concatenate([rng.normal(0, 30, 5000), [0.0, -0.0, -1.0, -1e-30, 1.0, -5.0, 0.0, -0.0]])
+    b = np.concatenate([rng.normal(0, 30, 5000), [-0.0, 0.0, -1e-30, -1.0, -1e-30, 0.0, -0.0, -0.0]])
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    want = np.degrees(np.arctan2(b, a)) % 360.0
+    got = _hue360(a, b)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got).any() and got.max() <= 360.0
+    ref = rng.uniform(0, 360, got.size)
+    ref[:4] = [0.0, 360.0, 180.0, 5.0]
+    np.testing.assert_array_equal(_abs_hue_diff(got, ref), np.abs(hue_diff(got, ref)))
+
+
+def test_classifier_window_reads_as_the_whole_sheet(crypts):
+    """The neighbourhood filters run on SheetModel.roi; on the whole frame they must give the
+    very same measurements and readings."""
+    from dataclasses import replace
+    t, render, model = crypts
+    H, W = model.shape
+    r0, r1, c0, c1 = model.roi
+    assert model.roi_pix.shape == model.pix.shape and (r1 - r0) * (c1 - c0) < H * W
+    whole = replace(model, roi=(0, H, 0, W), roi_pix=model.pix)
+    image = _paint(t, render, _all_marks(t), seed=5)
+    a = _read(model, image, keep_matrix=True)
+    b = _read(whole, image, keep_matrix=True)
+    np.testing.assert_array_equal(a.matrix, b.matrix)
+    assert {k: (r.mark, r.confidence, r.review) for k, r in a.readings.items()} == \
+        {k: (r.mark, r.confidence, r.review) for k, r in b.readings.items()}
+    # and the measurements are real: coloured and crossed regions were found
+    assert {r.mark for r in a.readings.values()} >= {"orange", "blue", "crossed", "empty"}
