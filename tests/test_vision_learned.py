@@ -155,3 +155,22 @@ def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
     shuffled = model_from_dict(doc)
     assert shuffled.params["tree_class_tiled"] is False and model.params["tree_class_tiled"] is True
     np.testing.assert_allclose(shuffled.raw_scores(X), want, rtol=1e-9, atol=1e-9)
+
+
+def test_a_missing_model_is_an_error_not_a_quiet_fallback(tmp_path, monkeypatch):
+    import vision.learned as L
+    monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v1.json")
+    monkeypatch.setattr(L, "_cache", {})
+    with pytest.raises(ReaderModelError, match="model .* is missing.*Reinstall sheetcheck"):
+        L.default_model()
+
+
+def test_the_reading_says_which_readers_decided():
+    from pathlib import Path
+    from vision.pipeline import read_photo
+    photo = Path(__file__).resolve().parents[1] / "sample_photos" / "crypts-2-easy-s4.jpg"
+    both = read_photo(photo).to_json()["details"]["reader"]
+    assert both["readers"] == ["hand", "learned"] and both["model"] == default_model().meta["id"]
+    assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
+    alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
+    assert alone == {"readers": ["hand"], "model": None}

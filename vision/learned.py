@@ -306,13 +306,26 @@ _lock = threading.Lock()
 _cache: dict[str, LearnedReader | None] = {}
 
 
-def default_model() -> LearnedReader | None:
-    """The bundled model, loaded once per process (None when no model is installed: the hand
-    reader then decides alone). A damaged file raises :class:`ReaderModelError`."""
+def default_model() -> LearnedReader:
+    """The bundled model, loaded once per process.
+
+    Raises
+    ------
+    ReaderModelError
+        when the file is missing or damaged: the reader must not quietly fall back to the
+        hand reader alone, whose readings are confident far more often (and wrong more often)
+        than those of the two readers. (Pass ``learned=None`` to read with the hand reader
+        alone on purpose.)
+    """
     key = str(DEFAULT_MODEL)
     with _lock:
         if key not in _cache:
-            _cache[key] = load_model(DEFAULT_MODEL) if DEFAULT_MODEL.is_file() else None
+            if not DEFAULT_MODEL.is_file():
+                raise ReaderModelError(
+                    f"the learned reader's model {DEFAULT_MODEL} is missing.",
+                    hint="Reinstall sheetcheck (the model ships with it), or rebuild it with "
+                         "scripts/train_reader.py as docs/EVALUATION.md says.")
+            _cache[key] = load_model(DEFAULT_MODEL)
         return _cache[key]
 
 

@@ -7,6 +7,8 @@ caches what depends on the template alone (the clean render and the sampling geo
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import threading
 import time
@@ -219,6 +221,9 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     t4 = time.perf_counter()
     timings["light"] = (t4 - t3) * 1000
     pconf, pconf_parts = photo_confidence(location, rect)
+    if isinstance(learned, str) and learned == "default":
+        from vision.learned import default_model
+        learned = default_model()  # a missing or damaged model is a ReaderModelError
     sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
                            valid=valid, review_threshold=review_threshold,
                            photo_confidence=pconf,
@@ -239,6 +244,11 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         "refinement": _small(rect.refinement),
         "review_threshold": float(review_threshold),
         "photo_confidence": {"value": pconf, **pconf_parts},
+        # which readers decided (a reading is only comparable with one made the same way)
+        "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
+                    "model_created": learned.meta.get("created"), "kind": learned.kind,
+                    "decision": dataclasses.asdict(learned.rule)}
+                   if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
