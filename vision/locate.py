@@ -281,6 +281,36 @@ def _detect_image(grey: np.ndarray) -> np.ndarray:
     return cv2.resize(grey, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else grey
 
 
+def _fit_line(pts: np.ndarray, *, k: float, floor: float, min_keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares line (point, unit direction) through ``pts``, refitted once without the
+    points farther from it than ``max(k * median residual, floor)`` (unless fewer than
+    ``min_keep`` would remain)."""
+    for _ in range(2):
+        m = pts.mean(0)
+        _, _, vt = np.linalg.svd(pts - m)
+        dirn = vt[0]
+        r = (pts - m) @ np.array([-dirn[1], dirn[0]])
+        keep = np.abs(r) <= max(k * np.median(np.abs(r)), floor)
+        if keep.all() or keep.sum() < min_keep:
+            break
+        pts = pts[keep]
+    return m, dirn
+
+
+def _quad_from_lines(lines) -> np.ndarray | None:
+    """Corner ``i`` where side ``i - 1`` meets side ``i`` (four (point, direction) lines);
+    None when two consecutive sides are parallel."""
+    out = np.empty((4, 2), np.float64)
+    for i in range(4):
+        (p, u), (q, v) = lines[(i - 1) % 4], lines[i]
+        A = np.array([u, -v]).T
+        if abs(np.linalg.det(A)) < 1e-6:
+            return None
+        s_, _ = np.linalg.solve(A, q - p)
+        out[i] = p + s_ * u
+    return out
+
+
 def _refine_marker_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Sub-pixel marker corners (index coords) as intersections of the four outer edges.
 
@@ -325,26 +355,11 @@ def _refine_marker_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
         pts = crossings[i][good[i]]
         if len(pts) < 5:
             return c
-        # Least-squares line, with one pass of outlier removal (a pencil stroke on the edge).
-        for _ in range(2):
-            m = pts.mean(0)
-            _, _, vt = np.linalg.svd(pts - m)
-            dirn = vt[0]
-            nrm = np.array([-dirn[1], dirn[0]])
-            r = (pts - m) @ nrm
-            keep = np.abs(r) <= max(3 * np.median(np.abs(r)), 0.15)
-            if keep.all() or keep.sum() < 5:
-                break
-            pts = pts[keep]
-        lines.append((m, dirn))
-    out = np.empty_like(c)
-    for i in range(4):
-        (p, u), (q, v) = lines[(i - 1) % 4], lines[i]
-        A = np.array([u, -v]).T
-        if abs(np.linalg.det(A)) < 1e-6:
-            return c
-        s_, _ = np.linalg.solve(A, q - p)
-        out[i] = p + s_ * u
+        # (one pass of outlier removal: a pencil stroke on the edge)
+        lines.append(_fit_line(pts, k=3.0, floor=0.15, min_keep=5))
+    out = _quad_from_lines(lines)
+    if out is None:
+        return c
     if np.max(np.linalg.norm(out - c, axis=1)) > 0.5 * cell:
         return c
     return out
@@ -904,24 +919,11 @@ def _snap_quad_edges(quad: np.ndarray, white: np.ndarray) -> np.ndarray:
         if len(pts) < 8:
             lines.append((a_, u))
             continue
-        for _ in range(2):  # line fit with outlier removal (a hand, a shadow edge, a gap)
-            m = pts.mean(0)
-            _, _, vt = np.linalg.svd(pts - m)
-            dirn = vt[0]
-            r = (pts - m) @ np.array([-dirn[1], dirn[0]])
-            keep = np.abs(r) <= max(2.5 * np.median(np.abs(r)), 1.0)
-            if keep.all() or keep.sum() < 8:
-                break
-            pts = pts[keep]
-        lines.append((m, dirn))
-    out = np.empty_like(q)
-    for i in range(4):
-        (p_, u_), (q_, v_) = lines[(i - 1) % 4], lines[i]
-        A = np.array([u_, -v_]).T
-        if abs(np.linalg.det(A)) < 1e-6:
-            return quad
-        s_, _ = np.linalg.solve(A, q_ - p_)
-        out[i] = p_ + s_ * u_
+        # (outlier removal: a hand, a shadow edge, a gap)
+        lines.append(_fit_line(pts, k=2.5, floor=1.0, min_keep=8))
+    out = _quad_from_lines(lines)
+    if out is None:
+        return quad
     if np.max(np.linalg.norm(out - q, axis=1)) > 2.5 * d or \
             not cv2.isContourConvex(out.astype(np.float32).reshape(-1, 1, 2)):
         return quad
