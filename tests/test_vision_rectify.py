@@ -87,21 +87,27 @@ def test_refinement_leaves_a_flat_sheet_in_place():
     assert rs.refinement["bent"] is False and "tiles_wide" not in rs.refinement
 
 
-def test_hard_simulated_photo_before_and_after():
-    if "reefs-1" not in template_ids():
-        pytest.skip("bundled templates not installed")
+def _hard_bent_photo(tid, seed, **curl):
+    """A simulated hard 1280 px photo of a bent page, located (checked to be ``tid``): the
+    photo, its location, the true region centres in the photo and in the template (mm)."""
     from sheetcheck.simulator import random_marks, simulate_photo
 
-    t = get_template("reefs-1")
-    sp = simulate_photo(t, random_marks(t, np.random.default_rng(2)), seed=2, preset="hard",
-                        overrides={"output_long_side": 1280, "curl_type": "bend",
-                                   "curl_amount_mm": 12.0})
+    t = get_template(tid)
+    sp = simulate_photo(t, random_marks(t, np.random.default_rng(seed)), seed=seed, preset="hard",
+                        overrides={"output_long_side": 1280, "curl_type": "bend", **curl})
     img = np.array(sp.image)
     loc = locate_sheet(img)
-    assert loc.template.id == "reefs-1"
+    assert loc.template.id == tid
     ids = list(sp.truth["region_centres_px"])
     true_px = np.array([sp.truth["region_centres_px"][i] for i in ids])
     c = np.array([t.region(i).shape.centre() for i in ids])
+    return img, loc, true_px, c
+
+
+def test_hard_simulated_photo_before_and_after():
+    if "reefs-1" not in template_ids():
+        pytest.skip("bundled templates not installed")
+    img, loc, true_px, c = _hard_bent_photo("reefs-1", 2, curl_amount_mm=12.0)
     before = offsets(rectify_sheet(img, loc, refine=False), loc, true_px, c)
     after = offsets(rectify_sheet(img, loc), loc, true_px, c)
     assert np.median(before) > 2.0
@@ -114,18 +120,8 @@ def test_a_strongly_bent_page_puts_every_region_under_its_outline():
     # before the wide-tile pass existed this photo kept a p95 region error of 8.7 px (max 15.5).
     if "crypts-2" not in template_ids():
         pytest.skip("bundled templates not installed")
-    from sheetcheck.simulator import random_marks, simulate_photo
-
-    t = get_template("crypts-2")
-    sp = simulate_photo(t, random_marks(t, np.random.default_rng(5)), seed=5, preset="hard",
-                        overrides={"output_long_side": 1280, "curl_type": "bend", "curl_amount_mm": 18.0,
-                                   "curl_axis": "x", "curl_position": 0.65, "curl_side": -1})
-    img = np.array(sp.image)
-    loc = locate_sheet(img)
-    assert loc.template.id == "crypts-2"
-    ids = list(sp.truth["region_centres_px"])
-    true_px = np.array([sp.truth["region_centres_px"][i] for i in ids])
-    c = np.array([t.region(i).shape.centre() for i in ids])
+    img, loc, true_px, c = _hard_bent_photo("crypts-2", 5, curl_amount_mm=18.0, curl_axis="x",
+                                            curl_position=0.65, curl_side=-1)
     before = offsets(rectify_sheet(img, loc, refine=False), loc, true_px, c)
     rs = rectify_sheet(img, loc)
     after = offsets(rs, loc, true_px, c)
