@@ -329,6 +329,16 @@ def default_model() -> LearnedReader:
         return _cache[key]
 
 
+def resolve_reader(learned) -> LearnedReader | None:
+    """``"default"`` -> the bundled model (:func:`default_model`); None or a LearnedReader
+    as given. The one place that turns a ``learned=`` option into a reader."""
+    if isinstance(learned, str):
+        if learned != "default":
+            raise ValueError(f"learned must be 'default', None or a LearnedReader, got {learned!r}")
+        return default_model()
+    return learned
+
+
 def photo_doubt(probs: np.ndarray) -> float:
     """Share of a photo's regions whose learned probability (best mark) is below
     ``DOUBT_LEVEL``; ``probs`` is (R, C)."""
@@ -401,4 +411,4 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
 
 
 __all__ = ["DEFAULT_MODEL", "DOUBT_LEVEL", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
-           "combine", "default_model", "load_model", "model_from_dict", "photo_doubt"]
+           "combine", "default_model", "load_model", "model_from_dict", "photo_doubt", "resolve_reader"]

@@ -999,11 +999,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  chroma_noise=max(1.0, float(th.get("paper_chroma_sd", 1.0))),
                                  hues=hues)
         internals.append(it)
-    if isinstance(learned, str):
-        from vision.learned import default_model
-        if learned != "default":
-            raise ValueError(f"learned must be 'default', None or a LearnedReader, got {learned!r}")
-        learned = default_model()
+    from vision.learned import resolve_reader
+    learned = resolve_reader(learned)
     matrix = None
     if keep_matrix or learned is not None:
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,

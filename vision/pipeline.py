@@ -7,12 +7,10 @@ caches what depends on the template alone (the clean render and the sampling geo
 
 from __future__ import annotations
 
-import dataclasses
-
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +19,7 @@ import numpy as np
 from calibration.template import Template
 from sheetcheck.errors import InputFileError
 from vision.colour import Palette, load_palette
+from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light
 from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
 
@@ -221,9 +220,7 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     t4 = time.perf_counter()
     timings["light"] = (t4 - t3) * 1000
     pconf, pconf_parts = photo_confidence(location, rect)
-    if isinstance(learned, str) and learned == "default":
-        from vision.learned import default_model
-        learned = default_model()  # a missing or damaged model is a ReaderModelError
+    learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
     sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
                            valid=valid, review_threshold=review_threshold,
                            photo_confidence=pconf,
@@ -247,7 +244,7 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         # which readers decided (a reading is only comparable with one made the same way)
         "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
                     "model_created": learned.meta.get("created"), "kind": learned.kind,
-                    "decision": dataclasses.asdict(learned.rule)}
+                    "decision": asdict(learned.rule)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
