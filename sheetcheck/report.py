@@ -22,6 +22,7 @@ This module is pure: readings in, a frozen :class:`Report` out. The JSON form
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Mapping
@@ -465,7 +466,6 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
 def percent(confidence: float) -> str:
     """A confidence as a percentage that never rounds a flagged reading up to look sure
     (0.9699, below the review threshold, is "96.9 %", not "97 %")."""
-    import math
     return f"{math.floor(float(confidence) * 1000) / 10:.1f} %"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sheetcheck.batch.export import VERDICT_ORDER, correction_log, sort_rows, utc_time
 from sheetcheck.batch.html import latest_overlay
+from sheetcheck.report import percent
 
 #: In the list of every sheet, at most this many review regions are printed per sheet (a sheet
 #: the reader could hardly read can have a hundred; ``show REPORT_DIR PHOTO`` prints them all).
@@ -83,11 +84,6 @@ def photo_view(history: list[dict], out: str | Path) -> dict:
 # text
 # ---------------------------------------------------------------------------------------------
 
-def _pct(x) -> str:
-    from sheetcheck.report import percent
-    return percent(x)  # never rounds a flagged 0.9699 up to a sure-looking "97 %"
-
-
 def _review_line(u: dict) -> str:
     alts = "; ".join(f"if {a['mark']}: rules {a['rules_total']}, claimed {a['claimed_total']}"
                      + (f" ({a['verdict']})" if "verdict" in a["changes"] else "")
@@ -98,7 +94,7 @@ def _review_line(u: dict) -> str:
     if u["evidence_for"]:
         why.append(f"unreadable evidence for {', '.join(u['evidence_for'])}")
     text = "; ".join(x for x in (alts, *why) if x)
-    return f"{u['region']:<24} read {u['read']} ({_pct(u['confidence'])})" + (f"  {text}" if text else "")
+    return f"{u['region']:<24} read {u['read']} ({percent(u['confidence'])})" + (f"  {text}" if text else "")
 
 
 def _head(s: dict) -> str:
