@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Generate a seeded evaluation corpus of simulated photos with truth for ``sheetcheck eval``.
 
-    .venv/bin/python scripts/make_corpus.py --out DIR [--painter default|heldout] [--count N]
+    .venv/bin/python scripts/make_corpus.py --out DIR [--painter default|heldout|varied] [--count N]
                                             [--seed S] [--workers K] [--set KEY=VALUE ...]
 
 Photo ``k`` (0 .. N-1) has the seed ``S + k`` and is spread evenly over the six templates, the
@@ -14,7 +14,9 @@ and ``.truth.json`` (``sheetcheck.truth/1``, with ``marks_source``, ``painter`` 
 fixes a simulator condition for every photo (``--set output_long_side=800`` for small test
 corpora); it is recorded in every truth file, so leave it out of measured corpora.
 
-The held-out painter (``--painter heldout``) is for measuring only: see docs/EVALUATION.md.
+The held-out painter (``--painter heldout``) is for measuring only: see docs/EVALUATION.md. The
+varied painter (``--painter varied``: hands and pencils drawn from much wider ranges) is for
+training corpora: see docs/SIMULATOR.md.
 """
 
 from __future__ import annotations
@@ -94,8 +96,9 @@ def make_one(job: tuple) -> tuple[str, float, int]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--out", required=True, help="folder to write the photos and truth files to")
-    ap.add_argument("--painter", choices=("default", "heldout"), default="default",
-                    help="who colours the sheets (heldout: for measuring only, never for tuning)")
+    ap.add_argument("--painter", choices=("default", "heldout", "varied"), default="default",
+                    help="who colours the sheets (heldout: for measuring only, never for tuning; "
+                         "varied: domain-randomised hands and pencils, for training)")
     ap.add_argument("--count", type=int, default=300, help="number of photos (default 300)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first photo (photo k: seed + k)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
@@ -126,9 +129,15 @@ def main(argv=None) -> int:
         from sheetcheck.simulator import heldout
         from sheetcheck.simulator.presets import sample_conditions
         import numpy as np
+        from sheetcheck.simulator import varied_hand
         cam, paint = heldout.split_overrides(overrides) if args.painter == "heldout" else (overrides, {})
+        if args.painter == "varied":  # hand.* keys are the varied hand's
+            paint = {k: v for k, v in cam.items() if k.startswith("hand.")}
+            cam = {k: v for k, v in cam.items() if not k.startswith("hand.")}
         sample_conditions("typical", np.random.default_rng(0), cam)
-        if paint:
+        if paint and args.painter == "varied":
+            varied_hand(0, get_template(TEMPLATES[0]).id, "typical", paint)
+        elif paint:
             heldout.heldout_conditions(0, get_template(TEMPLATES[0]).id, "typical", paint)
     except Exception as e:  # noqa: BLE001 - SheetcheckError: print its message, no traceback
         print(f"error: {e}", file=sys.stderr)

@@ -24,21 +24,24 @@ import cv2
 import numpy as np
 
 from sheetcheck.simulator.camera import PageCamera, photograph
-from sheetcheck.simulator.paint import check_marks, paint_sheet
-from sheetcheck.simulator.presets import (PRESETS, SimulatorError, condition_keys, load_brands,
-                                          pencils_for, sample_conditions)
+from sheetcheck.simulator.paint import (VARIED_CROSS_STYLES, VARIED_FILL_STYLES, check_marks,
+                                        paint_sheet, paint_varied, sample_varied_hand,
+                                        varied_pencils)
+from sheetcheck.simulator.presets import (PRESETS, SimulatorError, _parse_value, condition_keys,
+                                          load_brands, pencils_for, sample_conditions)
 from sheetcheck.simulator.sheet import render_blank, render_dpi_for
 from sheetcheck.simulator import heldout  # noqa: E402 - after presets, which it imports
 
 __all__ = ["SimulatedPhoto", "simulate_photo", "random_marks", "paint_sheet", "PRESETS",
            "SimulatorError", "sample_conditions", "condition_keys", "load_brands", "TRUTH_FORMAT",
-           "truth_json", "with_swatches", "PAINTERS"]
+           "truth_json", "with_swatches", "PAINTERS", "varied_hand"]
 
 TRUTH_FORMAT = "sheetcheck.truth/1"
 
-#: Who colours the sheet: the main painter (``paint.py``, the one the reader is tuned on) or
-#: the independent held-out painter (``heldout.py``, for out-of-sample measurement only).
-PAINTERS = ("default", "heldout")
+#: Who colours the sheet: the main painter (``paint.py``, the one the reader is tuned on), the
+#: independent held-out painter (``heldout.py``, for out-of-sample measurement only), or the
+#: varied painter (``paint.paint_varied``: domain-randomised hands and pencils, for training).
+PAINTERS = ("default", "heldout", "varied")
 
 #: Readable kinds a player colours in (the others are lines, numbers or special).
 _COLOURS = ("orange", "red", "blue", "green", "purple")
@@ -123,6 +126,70 @@ def _streams(seed: int, n: int, *salt: str) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(key).spawn(n)]
 
 
+def _split_hand_overrides(overrides: Mapping | None) -> tuple[dict, dict]:
+    """``overrides`` split into the camera's conditions and the varied painter's ``hand.*``."""
+    rest, hand = {}, {}
+    for k, v in (overrides or {}).items():
+        (hand if str(k).startswith("hand.") else rest)[k] = v
+    return rest, hand
+
+
+def varied_hand(seed: int, template_id: str, preset: str, hand_overrides: Mapping | None = None,
+                *, base_pencils: Mapping | None = None, jitter: float = 0.06
+                ) -> tuple[dict, dict, dict, np.random.Generator]:
+    """The varied painter's hand, pencils and painting stream for one photo.
+
+    Drawn from streams of their own (the seed mixed with ``"varied"``), so the camera, light and
+    background of a seed are the same as with the default painter, and the default painter's
+    streams are untouched.
+
+    Parameters
+    ----------
+    seed : int
+    template_id, preset : str
+        Mixed into the streams like the other streams of :func:`simulate_photo`.
+    hand_overrides : dict, optional
+        ``{"hand.KEY": value}`` to fix habits (keys of
+        :func:`~sheetcheck.simulator.paint.sample_varied_hand`).
+    base_pencils : dict, optional
+        ``{colour: [r, g, b]}`` of a fixed brand (instead of hues drawn across brands).
+    jitter : float
+        Relative colour jitter of each pencil.
+
+    Returns
+    -------
+    hand, pencils, strength : dict
+    rng : numpy Generator
+        The stream that paints the strokes.
+
+    Raises
+    ------
+    SimulatorError
+        for an unknown ``hand.*`` key or a bad value.
+    """
+    r_hand, r_pencil, r_paint = _streams(seed, 3, template_id, str(preset), "varied")
+    hand = sample_varied_hand(r_hand)
+    hand = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in hand.items()}
+    unknown = []
+    for key, value in (hand_overrides or {}).items():
+        hk = str(key)[5:]
+        if hk not in hand or hk == "painter":
+            unknown.append(key)
+            continue
+        if hk == "style" and value not in VARIED_FILL_STYLES:
+            raise SimulatorError(f"hand.style must be one of {', '.join(VARIED_FILL_STYLES)} for the "
+                                 f"varied painter, got {value!r}.")
+        if hk == "cross_style" and value not in VARIED_CROSS_STYLES:
+            raise SimulatorError(f"hand.cross_style must be one of {', '.join(VARIED_CROSS_STYLES)} "
+                                 f"for the varied painter, got {value!r}.")
+        hand[hk] = _parse_value(key, value, hand[hk])
+    if unknown:
+        raise SimulatorError(f"unknown hand condition(s) for the varied painter: {', '.join(sorted(unknown))}.",
+                             hint=f"Its hand keys: {', '.join(sorted(k for k in hand if k != 'painter'))}.")
+    pencils, strength = varied_pencils(r_pencil, base=base_pencils, jitter=jitter)
+    return hand, pencils, strength, r_paint
+
+
 def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str = "typical",
                    markers: bool = True, overrides: Mapping | None = None,
                    painter: str = "default") -> SimulatedPhoto:
@@ -142,11 +209,14 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     overrides : dict, optional
         Conditions to fix (``{"rotation_deg": 180}``), see ``docs/SIMULATOR.md``.
     painter : str
-        ``"default"`` (the main painter) or ``"heldout"`` (the independent painter and pencil
-        sets of :mod:`sheetcheck.simulator.heldout`; never tune the reader on it). The camera is
-        the same: a seed gives the same camera, light and background with either painter. With
-        ``"heldout"``, ``pencil_brand``, ``pencil_jitter`` and ``hand.*`` overrides go to the
-        held-out painter, and the truth's conditions record ``painter`` (absent means default).
+        ``"default"`` (the main painter), ``"heldout"`` (the independent painter and pencil
+        sets of :mod:`sheetcheck.simulator.heldout`; never tune the reader on it) or
+        ``"varied"`` (wide-ranging hands and pencils for training, :func:`varied_hand`). The
+        camera is the same: a seed gives the same camera, light and background with any painter.
+        With ``"heldout"``, ``pencil_brand``, ``pencil_jitter`` and ``hand.*`` overrides go to the
+        held-out painter; with ``"varied"``, ``hand.*`` overrides go to the varied hand and a
+        ``pencil_brand`` override fixes the hues (otherwise they are drawn across brands). The
+        truth's conditions record ``painter`` (absent means default).
 
     Returns
     -------
@@ -169,9 +239,24 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
         # the held-out painter draws from its own streams; the camera streams stay as they are
         overrides, paint_overrides = heldout.split_overrides(overrides)
         held, r_held = heldout.heldout_conditions(seed, template.id, str(preset), paint_overrides)
+    if painter == "varied":
+        overrides, hand_overrides = _split_hand_overrides(overrides)
     cond = sample_conditions(preset, r_cond, overrides, rng_late=r_late)
     if held is not None:
         cond.update(held)
+    if painter == "varied":
+        # the default hand drawn by sample_conditions is replaced; its draws stay where they
+        # were, so every camera condition of the seed is the same as the default painter's
+        fixed = "pencil_brand" in (overrides or {})
+        base = load_brands()["brands"][cond["pencil_brand"]]["pencils"] if fixed else None
+        vhand, vpencils, vstrength, r_varied = varied_hand(
+            seed, template.id, str(preset), hand_overrides, base_pencils=base,
+            jitter=cond["pencil_jitter"])
+        cond["hand"] = vhand
+        cond["painter"] = "varied"
+        cond["pencil_strength"] = vstrength
+        if not fixed:
+            cond["pencil_brand"] = "varied"
     ls = cond["output_long_side"]
     ss = int(round(ls / cond["aspect"]))
     orient = cond["photo_orientation"]
@@ -199,7 +284,11 @@ def simulate_photo(template, marks: Mapping[str, str], *, seed: int, preset: str
     # pixel on small photos), then low-pass before the warp so hatching does not alias
     dpi = render_dpi_for(max(density * 1.25, 100 / 25.4))
     blank = render_blank(template, dpi=dpi, markers=markers)
-    if held is None:
+    if painter == "varied":
+        pencils = vpencils
+        painted = paint_varied(blank, template, full, dpi=dpi, rng=r_varied, pencils=pencils,
+                               hand=vhand, strength=vstrength)
+    elif held is None:
         pencils = pencils_for(cond, r_pencil)
         painted = paint_sheet(blank, template, full, dpi=dpi, rng=r_paint, pencils=pencils,
                               hand=cond["hand"])
