@@ -21,7 +21,9 @@ This module is pure: readings in, a frozen :class:`Report` out. The JSON form
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import heapq
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -47,6 +49,18 @@ MAX_ALTERNATIVES = 4
 LOW_CONFIDENCE = 0.9
 #: At most this many groups of regions that matter only together are looked for.
 MAX_JOINT_ROUNDS = 5
+#: The finding-targeted joint search (see :func:`build_report`) re-scores at most this many joint
+#: readings per sheet; when it stops at this bound with readings left to try, it says so and the
+#: regions it had not cleared are put up for review (never a quiet OK).
+MAX_SEARCH_AUDITS = 150
+#: A joint reading is plausible when every region in it takes one of its plausible alternatives
+#: and the product of (alternative's probability / the reading's confidence) is at least this.
+#: An alternative tried only because the reader was unsure of everything counts as
+#: MIN_ALTERNATIVE_PROBABILITY.
+JOINT_FLOOR = 1e-3
+#: At most this many regions change together in the best-first part of the search (the route
+#: joins proposed from the map's graph may change more).
+MAX_JOINT_SIZE = 3
 
 
 class Verdict(str, Enum):
@@ -117,16 +131,26 @@ class Uncertain:
     #: broken rules whose findings cite this region while the reader could not read it
     #: (confidence below LOW_CONFIDENCE): a verdict must not rest on such evidence
     evidence_for: tuple[str, ...] = ()
+    #: its group (itself included), each region with the mark it takes in the joint reading
+    #: that changes ``together``: ``((region, mark), ...)``
+    together_with: tuple[tuple[str, str], ...] = ()
+    #: broken rules whose targeted joint search stopped at its bound before this region was
+    #: cleared: it might matter, nobody knows, so a person looks
+    cut_off: tuple[str, ...] = ()
+    #: why it is put up for review, in words (empty when it does not matter)
+    reason: str = ""
 
     @property
     def matters(self) -> bool:
-        return (bool(self.together) or bool(self.evidence_for)
+        return (bool(self.together) or bool(self.evidence_for) or bool(self.cut_off)
                 or any(a.changes for a in self.alternatives))
 
     def to_json(self) -> dict:
         return {"region": self.region, "read": self.read, "confidence": self.confidence,
                 "matters": self.matters, "together": list(self.together),
-                "evidence_for": list(self.evidence_for),
+                "together_with": [[r, m] for r, m in self.together_with],
+                "evidence_for": list(self.evidence_for), "cut_off": list(self.cut_off),
+                "reason": self.reason,
                 "alternatives": [a.to_json() for a in self.alternatives]}
 
 
@@ -164,6 +188,8 @@ class Report:
     #: the rectified sheet (H, W, 3) uint8 RGB in the template frame, for the overlay; not in JSON
     rectified: Any = field(default=None, repr=False, compare=False)
     rectified_dpi: float | None = field(default=None, repr=False, compare=False)
+    #: how much re-scoring the verdict took and whether the joint search hit its bound
+    search: Mapping[str, Any] = field(default_factory=dict)
 
     # -- views -----------------------------------------------------------------------------
     @property
@@ -226,6 +252,7 @@ class Report:
             "corrections": [c.to_json() for c in self.corrections],
             "readings": {rid: _reading_json(self.marks[rid], r)
                          for rid, r in sorted(self.reads.items())},
+            "search": dict(self.search),
             "reader": dict(self.reader),
             "timings": {k: round(float(v), 4) for k, v in self.timings.items()},
         }
@@ -309,7 +336,9 @@ def base_verdict(audit: Audit) -> Verdict:
 def _finding_keys(a: Audit) -> frozenset:
     # the rules broken, not every region they cite: on a Reefs map a finding cites a whole route,
     # and a doubtful connection that only moves the evidence is not worth a person's time
-    return frozenset(f.rule for f in a.findings if f.severity is not Severity.NOTE)
+    # counted per rule: with two routes in pieces, joining one is a finding that goes, even
+    # though the rule stays broken by the other
+    return collections.Counter(f.rule for f in a.findings if f.severity is not Severity.NOTE)
 
 
 def line_differences(rules: Breakdown, claimed: Breakdown) -> tuple[LineDifference, ...]:
@@ -402,6 +431,12 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
             ("findings", _finding_keys(a) != _finding_keys(audit))) if moved)
 
     uncertain: list[Uncertain] = []
+    broken = _distinct(f for f in audit.findings if f.severity is not Severity.NOTE)
+    # region -> the broken findings one of its alternatives alone would disturb (remove or
+    # re-word): the first place to look for regions that can undo a finding together
+    touches: dict[str, set] = {}
+    options: dict[str, list[tuple[str, float]]] = {}     # region -> [(mark, log weight)]
+    rescored = 0
     for rid in sorted(reads):
         r = reads[rid]
         if not r.review or rid in fixes:
@@ -409,6 +444,7 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
         allowed = template.region(rid).marks
         alts = []
         for mark, p in plausible_alternatives(marks[rid], r, allowed):
+            rescored += 1
             try:
                 a = engine.audit(engine.state_from_marks(template, {**marks, rid: mark}))
             except StateError as e:
@@ -416,47 +452,332 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
                 continue
             alts.append(Alternative(mark, p, a.rules.total, a.claimed.total, base_verdict(a),
                                     changes_of(a)))
+            gone = [f for f in broken if f not in a.findings]
+            if gone:
+                touches.setdefault(rid, set()).update(gone)
+        options[rid] = [(a.mark, _log_weight(a.probability, r.confidence))
+                        for a in alts if a.error is None]
         evidence = (tuple(sorted({f.rule for f in audit.findings
                                   if f.severity is not Severity.NOTE and rid in f.regions}))
                     if r.confidence < LOW_CONFIDENCE else ())
         uncertain.append(Uncertain(rid, marks[rid], float(r.confidence), tuple(alts),
                                    evidence_for=evidence))
 
+    joint_audits = 0
+
+    def joint(alt_marks: Mapping[str, str]) -> Audit | None:
+        nonlocal joint_audits
+        joint_audits += 1
+        try:
+            return engine.audit(engine.state_from_marks(template, {**marks, **alt_marks}))
+        except StateError:
+            return None
+
+    def joint_changes(alt_marks: Mapping[str, str]) -> tuple[str, ...]:
+        a = joint(alt_marks)
+        return () if a is None else changes_of(a)
+
+    def minimal(group: dict[str, str]) -> dict[str, str]:
+        # drop every region the change does not need, so only those are reviewed
+        for rid in list(group):
+            trial = {k: v for k, v in group.items() if k != rid}
+            if len(trial) >= 1 and joint_changes(trial):
+                group = trial
+        return group
+
+    groups: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]] = {}
+
+    def record(group: Mapping[str, str], why: str = "") -> None:
+        a = joint(group)
+        if a is None:
+            return
+        moved, said = changes_of(a), _describe_change(audit, a)
+        members = tuple(sorted(group.items()))
+        for rid in group:
+            others = ", ".join(f"{o} as {m}" for o, m in members if o != rid)
+            groups[rid] = (moved, members,
+                           f"read as {group[rid]} together with {others}, it would change "
+                           f"{said}" + (f" ({why})" if why else ""))
+
     # Regions that do not matter one at a time can matter together (two cells each harmless
     # alone that together make or break a pair). Re-score the quiet regions together at their
     # best alternatives; if that moves anything, shrink the set to a minimal one whose every
-    # region is needed (so only those are reviewed), and look again among the rest.
-    def joint_changes(alt_marks: Mapping[str, str]) -> tuple[str, ...]:
-        try:
-            return changes_of(engine.audit(engine.state_from_marks(template, {**marks, **alt_marks})))
-        except StateError:
-            return ()
-
+    # region is needed, and look again among the rest.
     remaining = {u.region: next((a.mark for a in u.alternatives if a.error is None), None)
                  for u in uncertain if not u.matters}
     remaining = {rid: m for rid, m in remaining.items() if m is not None}
-    together: dict[str, tuple[str, ...]] = {}
     for _ in range(MAX_JOINT_ROUNDS):
         if len(remaining) < 2 or not joint_changes(remaining):
             break
-        group = dict(remaining)
-        for rid in list(group):
-            trial = {k: v for k, v in group.items() if k != rid}
-            if joint_changes(trial):
-                group = trial
-        moved = joint_changes(group)
-        together.update({rid: moved for rid in group})
+        group = minimal(dict(remaining))
+        record(group)
         remaining = {k: v for k, v in remaining.items() if k not in group}
-    if together:
-        uncertain = [dataclasses.replace(u, together=together[u.region]) if u.region in together
-                     else u for u in uncertain]
+
+    # The best alternatives are not the only plausible ones, and a finding may be undone only by
+    # several regions together (a route misread empty in two places: filling either gap alone
+    # leaves it in pieces). For every broken finding, search the joint readings of the quiet
+    # uncertain regions that touch it: the regions it cites, those whose single re-read disturbs
+    # it, and what the game's map says could undo it (the route joins). Bounded: a search cut
+    # off before it is done says so, and its regions are reviewed.
+    matters_now = {u.region for u in uncertain if u.matters} | set(groups)
+    cut: dict[str, set[str]] = {}
+    searched_from = joint_audits
+    for k, f in enumerate(broken):
+        quiet = {rid: opts for rid, opts in options.items()
+                 if rid not in matters_now and rid not in groups and opts}
+        if not quiet:
+            break
+        cands = {rid for rid in quiet if rid in f.regions or f in touches.get(rid, ())}
+        proposals, near = _targeted(template, marks, f, quiet)
+        cands |= near & set(quiet)
+        # the bound is shared fairly among the findings still to search
+        share = (MAX_SEARCH_AUDITS - (joint_audits - searched_from)) // (len(broken) - k)
+        start = joint_audits
+        found, done = None, True
+        for prop, why in proposals:
+            if joint_audits - start >= share:
+                done = False
+                break
+            if joint_changes(prop):
+                found = (minimal(dict(prop)), why)
+                break
+        if found is None and done:
+            items = sorted(((rid, m, w) for rid in cands for m, w in quiet[rid]),
+                           key=lambda it: (-it[2], it[0], it[1]))
+            hit, done = _best_first(items, joint_changes,
+                                    lambda: joint_audits - start < share)
+            if hit is not None:
+                found = (minimal(hit), "")
+        if found is not None:
+            record(*found)
+        elif not done:
+            for rid in cands:
+                cut.setdefault(rid, set()).add(f.rule)
+
+    if groups or cut:
+        uncertain = [dataclasses.replace(
+            u, together=groups[u.region][0] if u.region in groups else (),
+            together_with=groups[u.region][1] if u.region in groups else (),
+            cut_off=tuple(sorted(cut.get(u.region, ()))) if u.region not in groups else ())
+            for u in uncertain]
+    uncertain = [dataclasses.replace(u, reason=_reason(u, groups)) if u.matters else u
+                 for u in uncertain]
+    search = {"rescored": rescored, "joint": joint_audits,
+              "targeted": joint_audits - searched_from, "limit": MAX_SEARCH_AUDITS,
+              "cut_off": sorted({rule for rules in cut.values() for rule in rules})}
 
     verdict = Verdict.NEEDS_REVIEW if any(u.matters for u in uncertain) else verdict0
     return Report(template=template, audit=audit, verdict=verdict, marks=marks, reads=dict(reads),
                   uncertain=tuple(uncertain), corrections=corrections,
                   differences=line_differences(audit.rules, audit.claimed),
                   photo=dict(photo or {}), reader=dict(reader or {}), timings=dict(timings or {}),
-                  rectified=rectified, rectified_dpi=rectified_dpi)
+                  rectified=rectified, rectified_dpi=rectified_dpi, search=search)
+
+
+# ---------------------------------------------------------------------------------------------
+# the joint search
+# ---------------------------------------------------------------------------------------------
+
+def _distinct(findings: Iterable) -> list:
+    out: list = []
+    for f in findings:
+        if f not in out:
+            out.append(f)
+    return out
+
+
+def _log_weight(probability: float | None, confidence: float) -> float:
+    """How plausible one alternative is against the reading, as a log ratio (at most 0).
+
+    An alternative tried only because the reader was unsure of everything (no probability, or
+    one below the floor) counts as MIN_ALTERNATIVE_PROBABILITY: it is plausible by that rule.
+    """
+    p = max(float(probability or 0.0), MIN_ALTERNATIVE_PROBABILITY)
+    return min(0.0, math.log(p / max(float(confidence), MIN_ALTERNATIVE_PROBABILITY)))
+
+
+def _best_first(items: list[tuple[str, str, float]], changes, more) -> tuple[dict | None, bool]:
+    """Try joint readings of 2..MAX_JOINT_SIZE regions, the most plausible first.
+
+    Parameters
+    ----------
+    items : list of (region, mark, log weight)
+        Every plausible (region, alternative) pair, sorted by weight, highest first.
+    changes : callable
+        ``changes({region: mark}) -> tuple``: what the joint reading changes (empty: nothing).
+    more : callable
+        ``more() -> bool``: whether the bound allows another re-score.
+
+    Returns
+    -------
+    (dict or None, bool)
+        The first joint reading that changes something (None if none does), and whether the
+        search ran to its end (False: it stopped at the bound with readings left to try).
+    """
+    floor = math.log(JOINT_FLOOR)
+    # subsets as increasing index tuples: a child adds a later item, so each subset is made
+    # once, and a child never weighs more than its parent (weights <= 0): the heap pops the
+    # joint readings in order of plausibility
+    heap = [(-w, (i,)) for i, (_, _, w) in enumerate(items) if w >= floor]
+    heapq.heapify(heap)
+    while heap:
+        negw, idx = heapq.heappop(heap)
+        if len(idx) >= 2:
+            if not more():
+                return None, False
+            trial = {items[i][0]: items[i][1] for i in idx}
+            if changes(trial):
+                return trial, True
+        if len(idx) >= MAX_JOINT_SIZE:
+            continue
+        used = {items[i][0] for i in idx}
+        for j in range(idx[-1] + 1, len(items)):
+            w = -negw + items[j][2]
+            if w < floor:
+                break       # items are sorted: every later one weighs less
+            if items[j][0] not in used:
+                heapq.heappush(heap, (-w, idx + (j,)))
+    return None, True
+
+
+def _describe_change(base: Audit, a: Audit) -> str:
+    """What a re-score changes against the marks as read, in words."""
+    said = []
+    if a.rules.total != base.rules.total:
+        said.append(f"the rules' total {base.rules.total} -> {a.rules.total}")
+    if a.claimed.total != base.claimed.total:
+        said.append(f"the claimed total {base.claimed.total} -> {a.claimed.total}")
+    if base_verdict(a) is not base_verdict(base):
+        said.append(f"the verdict {base_verdict(base).value} -> {base_verdict(a).value}")
+    before, after = _finding_keys(base), _finding_keys(a)
+    gone, come = before - after, after - before
+    said += [f"{rule} would go" + (f" ({n} of {before[rule]})" if before[rule] > n else "")
+             for rule, n in sorted(gone.items())]
+    said += [f"{rule} would come" for rule in sorted(come)]
+    return "; ".join(said) or "nothing"
+
+
+def _reason(u: Uncertain, groups: Mapping[str, tuple]) -> str:
+    """Why ``u`` is put up for review, for a person."""
+    moving = [a for a in u.alternatives if a.changes]
+    if moving:
+        return "; ".join(f"if {a.mark}: it would change {', '.join(a.changes)} (rules "
+                         f"{a.rules_total}, claimed {a.claimed_total}, {a.verdict.value})"
+                         for a in moving)
+    if u.region in groups:
+        return groups[u.region][2]
+    if u.evidence_for:
+        return (f"could not be read (confidence {percent(u.confidence)}), yet it is evidence "
+                f"for {', '.join(u.evidence_for)}")
+    if u.cut_off:
+        return (f"the joint search for readings that would undo {', '.join(u.cut_off)} stopped "
+                f"at its bound ({MAX_SEARCH_AUDITS} re-scores) before it could clear this region")
+    return ""
+
+
+def _targeted(template: Template, marks: Mapping[str, str], finding,
+              options: Mapping[str, list[tuple[str, float]]]) -> tuple[list, set]:
+    """Game knowledge for one broken finding: joint readings to try first, and regions near it.
+
+    Returns
+    -------
+    (list of (dict, str), set of str)
+        Proposed joint readings ``{region: mark}`` with what they would do, and the uncertain
+        regions (keys of ``options``) that could bear on the finding.
+    """
+    if template.game == "pick_a_pen_reefs":
+        return _reefs_targeted(template, marks, finding, options)
+    return [], set()
+
+
+#: Reefs findings about the shape of one colour's route (scoring/reefs.py route_of)
+_REEFS_ROUTE_RULES = ("reefs.one_route", "reefs.start_at_entry", "reefs.branch",
+                      "reefs.own_entry", "reefs.other_entry")
+
+
+def _reefs_targeted(template, marks, finding, options):
+    """A route finding: could uncertain connections and entry points, at plausible colours,
+    join its pieces (or reach its entry point)? The map's graph gives the candidates directly,
+    where a blind search would need luck: a gap of two connections joins only when both are
+    filled, and neither alone changes anything."""
+    from scoring import reefs
+
+    if finding.rule not in _REEFS_ROUTE_RULES:
+        return [], set()
+    lay = reefs.layout_of(template)
+    state = reefs.state_from_marks(template, marks)
+    routes = reefs.analyse(state).routes
+    key = (finding.rule, finding.message, tuple(finding.regions))
+    colour = next((c for c, r in routes.items()
+                   if any((p[0], p[1], tuple(p[2])) == key for p in r.problems)), None)
+    if colour is None:
+        return [], set()
+    edges = set(state.route_edges(colour))
+    own_entries = [e for e in lay.entries if marks.get(e) == colour]
+    spaces = {s for e in edges for s in lay.conns[e][:2]} | {lay.entries[e] for e in own_entries}
+    can = {rid for rid, opts in options.items() if any(m == colour for m, _ in opts)}
+    # near: every uncertain connection or entry point on the route's spaces that could take or
+    # give up the colour
+    near = {cid for s in spaces for cid, _ in lay.adjacency.get(s, ())
+            if cid in options and (cid in can or marks.get(cid) == colour)}
+    near |= {e for e, s in lay.entries.items() if s in spaces and e in options}
+
+    g = reefs._graph(lay, edges) if edges else {}
+    pieces = reefs._components(g) if g else []
+    targets = [set(p) for p in pieces]
+    targets += [{lay.entries[e]} for e in own_entries if lay.entries[e] not in g]
+    proposals = []
+    if own_entries:
+        join = _reefs_join(lay, targets, edges, can)
+        if join:
+            proposals.append(({cid: colour for cid in join},
+                              f"it would make the {colour} route one line from its entry point"))
+    else:
+        for e in sorted(e for e in lay.entries if e in can):
+            join = _reefs_join(lay, targets + [{lay.entries[e]}], edges, can)
+            if join is not None:
+                proposals.append(({e: colour, **{cid: colour for cid in join}},
+                                  f"the {colour} route would start at entry point {e}"))
+    return proposals, near
+
+
+def _reefs_join(lay, targets: list[set], edges: set, can: set) -> set | None:
+    """The fewest ``can`` connections that join every target (sets of spaces) through the
+    route's own connections (greedy: the nearest target first); None when they cannot."""
+    if len(targets) < 2:
+        return set() if targets else None
+    tree, rest, added = set(targets[0]), [set(t) for t in targets[1:]], set()
+    while rest:
+        # 0-1 breadth-first search: the route's connections cost nothing, a connection that
+        # would have to change colour costs one
+        dist = {s: 0 for s in tree}
+        back: dict[str, tuple[str, str]] = {}
+        todo = collections.deque(tree)
+        goal = None
+        while todo:
+            v = todo.popleft()
+            if any(v in t for t in rest):
+                goal = v
+                break
+            for cid, w in lay.adjacency.get(v, ()):
+                cost = 0 if cid in edges or cid in added else 1 if cid in can else None
+                if cost is None or dist.get(w, 1 << 30) <= dist[v] + cost:
+                    continue
+                dist[w], back[w] = dist[v] + cost, (cid, v)
+                (todo.appendleft if cost == 0 else todo.append)(w)
+        if goal is None:
+            return None
+        v = goal
+        while v in back:
+            cid, v = back[v]
+            if cid not in edges:
+                added.add(cid)
+                tree.add(lay.conns[cid][0])
+                tree.add(lay.conns[cid][1])
+        hit = next(t for t in rest if goal in t)
+        rest.remove(hit)
+        tree |= hit
+    return added
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,10 +823,8 @@ def format_text(report: Report) -> str:
         for u in sorted(report.review, key=lambda u: (u.confidence, u.region)):
             alts = "; ".join(f"if {a.mark}: rules {a.rules_total}, claimed {a.claimed_total}"
                              for a in u.alternatives if a.changes)
-            if u.together and not alts:
-                alts = f"together with the other regions listed it changes {', '.join(u.together)}"
-            if u.evidence_for and not alts:
-                alts = f"could not be read, yet it is evidence for {', '.join(u.evidence_for)}"
+            if not alts:
+                alts = u.reason     # together with others / evidence / a search cut off
             out.append(f"  {u.region}: read {u.read} ({percent(u.confidence)}); {alts}")
     if report.did_not_matter:
         out.append("")

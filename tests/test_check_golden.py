@@ -29,11 +29,7 @@ PHOTOS = sorted(p for p in SAMPLES.glob("*") if p.suffix.lower() in (".jpg", ".j
 #: Sample photos the reader does not read right yet (issue 3 is open: the reader has not reached
 #: its targets). Each is expected to FAIL this test, and the mark is strict: once the reader
 #: reads one right, the test fails (XPASS) until the name is taken off this list.
-KNOWN_READER_FAILURES = {
-    "reefs-3-hard-s13.jpg": "curled hard photo: 17 connections misread (all flagged); after the "
-                            "regions put up for review are fixed, misreads that matter only "
-                            "together leave a false one_route finding",
-}
+KNOWN_READER_FAILURES: dict[str, str] = {}
 
 
 def _param(photo):

@@ -249,8 +249,9 @@ def test_low_confidence_tries_every_allowed_mark():
 
 def test_unreadable_evidence_blocks_a_false_discrepancy():
     """Five connections of a legal Reefs route misread as a hard photo's reader did (each with
-    confidence ~0): no single re-read repairs the route, so only the rule that a verdict must not
-    rest on unreadable evidence keeps the sheet from a false DISCREPANCY."""
+    confidence ~0): the sheet as read breaks one_route three times (orange, green, purple) and
+    must not be a DISCREPANCY; every misread region is put up for review (the region a finding
+    cites while nobody could read it is evidence for that finding), and fixing them gives OK."""
     from pathlib import Path
     exp = json.loads((Path(__file__).resolve().parents[1] / "sample_photos"
                       / "reefs-3-hard-s13.expected.json").read_text())
@@ -263,11 +264,117 @@ def test_unreadable_evidence_blocks_a_false_discrepancy():
     reads.update({rid: RegionRead(m, 0.01, True, ()) for rid, m in misread.items()})
     r = build_report(t, reads)
     assert r.verdict is Verdict.NEEDS_REVIEW
-    # no single re-read (every allowed mark was tried) moves anything: the evidence rule does
-    assert not any(a.changes for u in r.uncertain for a in u.alternatives)
-    assert [u.evidence_for for u in r.review] == [("reefs.one_route",)]
+    assert [f.rule for f in r.rule_findings] == ["reefs.one_route"] * 3
+    assert {u.region for u in r.review} == set(misread)
+    assert {u.region: u.evidence_for for u in r.review if u.evidence_for} == \
+        {"conn.r4c6-r4c7": ("reefs.one_route",)}
     fixed = build_report(t, reads, fixes={k: truth[k] for k in misread})
     assert fixed.verdict is Verdict.OK and fixed.rules_total == exp["total"]["rules"]
+
+
+def _key(a):
+    return a.rules.total, a.claimed.total, sorted(
+        f.rule for f in a.findings if f.severity.value != "note")
+
+
+def _two_edge_gap():
+    """A simulated Reefs game and two consecutive connections in the middle of one route such
+    that, both read empty, either one filled alone leaves the route in two pieces, and a decoy
+    colour for the first changes nothing alone: (template, engine, marks, colour, e1, e2, decoy)."""
+    from scoring import reefs
+    for tid, seed in [("reefs-1", s) for s in range(3, 9)] + [("reefs-2", s) for s in range(3, 9)]:
+        t, e, st = _game(tid, seed)
+        marks = e.state_to_marks(st)
+        lay = reefs.layout_of(t)
+        for c, route in reefs.analyse(e.state_from_marks(t, marks)).routes.items():
+            tr = route.trail or ()
+            for i in range(1, len(tr) - 3):
+                e1 = lay.conn_by_pair[frozenset(tr[i:i + 2])]
+                e2 = lay.conn_by_pair[frozenset(tr[i + 1:i + 3])]
+                read = {**marks, e1: "empty", e2: "empty"}
+                base = _key(e.audit(e.state_from_marks(t, read)))
+
+                def same(**alt):
+                    return _key(e.audit(e.state_from_marks(t, {**read, **alt}))) == base
+                if not (same(**{e1: c}) and same(**{e2: c})):
+                    continue
+                decoy = next((m for m in t.region(e1).marks if m not in ("empty", c)
+                              and same(**{e1: m}) and same(**{e1: m, e2: c})), None)
+                if decoy is not None:
+                    return t, e, marks, c, e1, e2, decoy
+    raise AssertionError("no two-connection gap with a harmless decoy on these seeds")
+
+
+def test_two_gaps_that_only_together_join_a_route_are_both_reviewed():
+    """The reader read two true connections of a route empty and is a little unsure of each.
+    Filling either alone leaves the route in two pieces, and the first's best alternative is a
+    harmless decoy (so re-scoring every region at its best alternative joins nothing either):
+    only a search of the route's plausible joins finds that together they undo the finding."""
+    t, e, marks, c, e1, e2, decoy = _two_edge_gap()
+    swatch = next(rid for rid in sorted(marks) if rid.startswith("swatch."))
+    read = {**marks, e1: "empty", e2: "empty", swatch: swatch.split(".")[1]}
+    reads = {**_reads(read),
+             e1: RegionRead("empty", 0.93, True, ((decoy, 0.04), (c, 0.03))),
+             e2: RegionRead("empty", 0.93, True, ((c, 0.05),)),
+             # an unsure region whose every plausible reading changes nothing, alone or not
+             swatch: RegionRead(read[swatch], 0.93, True, (("empty", 0.06),))}
+    r = build_report(t, reads)
+    assert [f.rule for f in r.rule_findings] == ["reefs.one_route"]   # false, as read
+    assert not any(a.changes for u in r.uncertain for a in u.alternatives)   # harmless alone
+    assert r.verdict is Verdict.NEEDS_REVIEW
+    assert {u.region for u in r.review} == {e1, e2}
+    assert [u.region for u in r.did_not_matter] == [swatch]
+    u1 = next(u for u in r.review if u.region == e1)
+    assert "findings" in u1.together and dict(u1.together_with) == {e1: c, e2: c}
+    assert f"together with {e2} as {c}" in u1.reason and "reefs.one_route would go" in u1.reason
+    assert f"{e1}: read empty" in format_text(r) and u1.reason in format_text(r)
+    doc = json.loads(json.dumps(r.to_json()))
+    assert doc["review"][0]["together_with"] and doc["search"]["cut_off"] == []
+    assert 0 < doc["search"]["targeted"] <= doc["search"]["limit"]
+    fixed = build_report(t, reads, fixes={e1: c, e2: c})
+    assert fixed.verdict is Verdict.OK
+    assert fixed.rules_total == e.audit(e.state_from_marks(t, marks)).rules.total
+
+
+def test_a_search_cut_off_by_its_bound_says_so_and_reviews_its_regions(monkeypatch):
+    import sheetcheck.report as report
+    t, e, marks, c, e1, e2, decoy = _two_edge_gap()
+    reads = {**_reads({**marks, e1: "empty", e2: "empty"}),
+             e1: RegionRead("empty", 0.93, True, ((decoy, 0.04), (c, 0.03))),
+             e2: RegionRead("empty", 0.93, True, ((c, 0.05),))}
+    monkeypatch.setattr(report, "MAX_SEARCH_AUDITS", 0)
+    r = build_report(t, reads)
+    assert r.search["cut_off"] == ["reefs.one_route"] and r.search["targeted"] == 0
+    assert r.verdict is Verdict.NEEDS_REVIEW                      # never a quiet DISCREPANCY
+    assert {u.region: u.cut_off for u in r.review} == {e1: ("reefs.one_route",),
+                                                        e2: ("reefs.one_route",)}
+    assert "stopped at its bound (0 re-scores)" in format_text(r)
+    assert r.to_json()["review"][0]["cut_off"] == ["reefs.one_route"]
+
+
+def test_one_of_two_broken_routes_repaired_is_a_finding_that_goes():
+    """Two routes, each read with one gap (an unsure empty connection): filling one gap leaves
+    the other route broken, so the rule stays broken, yet a finding goes: both are reviewed."""
+    from scoring import reefs
+    t, e, st = _game("reefs-2", 4)
+    marks = e.state_to_marks(st)
+    lay = reefs.layout_of(t)
+    routes = reefs.analyse(st).routes
+    gaps = {}
+    for c, route in routes.items():
+        tr = route.trail or ()
+        if len(tr) >= 4 and len(gaps) < 2:
+            gaps[lay.conn_by_pair[frozenset(tr[1:3])]] = c
+    assert len(gaps) == 2
+    reads = {**_reads({**marks, **{g: "empty" for g in gaps}}),
+             **{g: RegionRead("empty", 0.93, True, ((c, 0.05),)) for g, c in gaps.items()}}
+    r = build_report(t, reads)
+    assert [f.rule for f in r.rule_findings] == ["reefs.one_route"] * 2
+    assert {u.region for u in r.review} == set(gaps)
+    for u in r.review:
+        assert [a.changes for a in u.alternatives] == [("findings",)]
+        assert u.reason.startswith(f"if {gaps[u.region]}: it would change findings")
+    assert build_report(t, reads, fixes=gaps).verdict is Verdict.OK
 
 
 def test_a_flagged_confidence_is_never_shown_rounded_up_to_look_sure():
