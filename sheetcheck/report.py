@@ -464,14 +464,19 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
                                    evidence_for=evidence))
 
     joint_audits = 0
+    seen: dict[frozenset, Audit | None] = {}    # the searches overlap: re-score each reading once
 
     def joint(alt_marks: Mapping[str, str]) -> Audit | None:
         nonlocal joint_audits
-        joint_audits += 1
-        try:
-            return engine.audit(engine.state_from_marks(template, {**marks, **alt_marks}))
-        except StateError:
-            return None
+        key = frozenset(alt_marks.items())
+        if key not in seen:
+            joint_audits += 1
+            try:
+                seen[key] = engine.audit(engine.state_from_marks(template,
+                                                                 {**marks, **alt_marks}))
+            except StateError:
+                seen[key] = None
+        return seen[key]
 
     def joint_changes(alt_marks: Mapping[str, str]) -> tuple[str, ...]:
         a = joint(alt_marks)
@@ -506,11 +511,17 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
     remaining = {u.region: next((a.mark for a in u.alternatives if a.error is None), None)
                  for u in uncertain if not u.matters}
     remaining = {rid: m for rid, m in remaining.items() if m is not None}
+    weight = {rid: dict(opts) for rid, opts in options.items()}
+
+    def plausible(group: Mapping[str, str]) -> bool:
+        return sum(weight[rid][m] for rid, m in group.items()) >= math.log(JOINT_FLOOR)
+
     for _ in range(MAX_JOINT_ROUNDS):
         if len(remaining) < 2 or not joint_changes(remaining):
             break
         group = minimal(dict(remaining))
-        record(group)
+        if plausible(group):    # (two regions each at a 1 % alternative are not a reading)
+            record(group)
         remaining = {k: v for k, v in remaining.items() if k not in group}
 
     # The best alternatives are not the only plausible ones, and a finding may be undone only by
@@ -519,40 +530,44 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
     # uncertain regions that touch it: the regions it cites, those whose single re-read disturbs
     # it, and what the game's map says could undo it (the route joins). Bounded: a search cut
     # off before it is done says so, and its regions are reviewed.
-    matters_now = {u.region for u in uncertain if u.matters} | set(groups)
+    quiet = {rid: opts for rid, opts in options.items()
+             if opts and rid not in groups and rid not in {u.region for u in uncertain if u.matters}}
+    work = []
+    for f in broken:
+        cands = {rid for rid in quiet if rid in f.regions or f in touches.get(rid, ())}
+        proposals, near = _targeted(template, marks, f, quiet)   # most plausible first
+        cands |= near & set(quiet)
+        proposals = [(prop, why) for prop, why in proposals if plausible(prop)]
+        if cands or proposals:
+            work.append((f, cands, proposals))
     cut: dict[str, set[str]] = {}
     searched_from = joint_audits
-    for k, f in enumerate(broken):
-        quiet = {rid: opts for rid, opts in options.items()
-                 if rid not in matters_now and rid not in groups and opts}
-        if not quiet:
-            break
-        cands = {rid for rid in quiet if rid in f.regions or f in touches.get(rid, ())}
-        proposals, near = _targeted(template, marks, f, quiet)
-        cands |= near & set(quiet)
+    for k, (f, cands, proposals) in enumerate(work):
+        # a region in a group found for an earlier finding is reviewed already
+        cands = {rid for rid in cands if rid not in groups}
+        proposals = [(prop, why) for prop, why in proposals if not groups.keys() & prop.keys()]
         # the bound is shared fairly among the findings still to search
-        share = (MAX_SEARCH_AUDITS - (joint_audits - searched_from)) // (len(broken) - k)
+        share = (MAX_SEARCH_AUDITS - (joint_audits - searched_from)) // (len(work) - k)
         start = joint_audits
-        found, done = None, True
-        for prop, why in proposals:
+        found, left = None, set()
+        for n, (prop, why) in enumerate(proposals):
             if joint_audits - start >= share:
-                done = False
+                left = {rid for later, _ in proposals[n:] for rid in later}
                 break
             if joint_changes(prop):
                 found = (minimal(dict(prop)), why)
                 break
-        if found is None and done:
+        if found is None and not left:
             items = sorted(((rid, m, w) for rid in cands for m, w in quiet[rid]),
                            key=lambda it: (-it[2], it[0], it[1]))
-            hit, done = _best_first(items, joint_changes,
-                                    lambda: joint_audits - start < share)
+            hit, _, left = _best_first(items, joint_changes,
+                                       lambda: joint_audits - start < share)
             if hit is not None:
                 found = (minimal(hit), "")
         if found is not None:
             record(*found)
-        elif not done:
-            for rid in cands:
-                cut.setdefault(rid, set()).add(f.rule)
+        for rid in left:
+            cut.setdefault(rid, set()).add(f.rule)
 
     if groups or cut:
         uncertain = [dataclasses.replace(
@@ -596,7 +611,8 @@ def _log_weight(probability: float | None, confidence: float) -> float:
     return min(0.0, math.log(p / max(float(confidence), MIN_ALTERNATIVE_PROBABILITY)))
 
 
-def _best_first(items: list[tuple[str, str, float]], changes, more) -> tuple[dict | None, bool]:
+def _best_first(items: list[tuple[str, str, float]], changes,
+                more) -> tuple[dict | None, bool, set[str]]:
     """Try joint readings of 2..MAX_JOINT_SIZE regions, the most plausible first.
 
     Parameters
@@ -610,9 +626,10 @@ def _best_first(items: list[tuple[str, str, float]], changes, more) -> tuple[dic
 
     Returns
     -------
-    (dict or None, bool)
-        The first joint reading that changes something (None if none does), and whether the
-        search ran to its end (False: it stopped at the bound with readings left to try).
+    (dict or None, bool, set of str)
+        The first joint reading that changes something (None if none does); whether the search
+        ran to its end (False: it stopped at the bound with plausible readings left to try);
+        and, when it stopped, the regions of the plausible readings it did not try.
     """
     floor = math.log(JOINT_FLOOR)
     # subsets as increasing index tuples: a child adds a later item, so each subset is made
@@ -620,14 +637,21 @@ def _best_first(items: list[tuple[str, str, float]], changes, more) -> tuple[dic
     # joint readings in order of plausibility
     heap = [(-w, (i,)) for i, (_, _, w) in enumerate(items) if w >= floor]
     heapq.heapify(heap)
+    tried: set[tuple[int, ...]] = set()
     while heap:
         negw, idx = heapq.heappop(heap)
         if len(idx) >= 2:
             if not more():
-                return None, False
+                left = {items[i][0] for _, rest in heap + [(negw, idx)] if len(rest) >= 2
+                        for i in rest}
+                left |= {items[k][0] for i in range(len(items)) for j in range(i + 1, len(items))
+                         if items[i][0] != items[j][0] and (i, j) not in tried
+                         and items[i][2] + items[j][2] >= floor for k in (i, j)}
+                return None, False, left
+            tried.add(idx)
             trial = {items[i][0]: items[i][1] for i in idx}
             if changes(trial):
-                return trial, True
+                return trial, True, set()
         if len(idx) >= MAX_JOINT_SIZE:
             continue
         used = {items[i][0] for i in idx}
@@ -637,7 +661,7 @@ def _best_first(items: list[tuple[str, str, float]], changes, more) -> tuple[dic
                 break       # items are sorted: every later one weighs less
             if items[j][0] not in used:
                 heapq.heappush(heap, (-w, idx + (j,)))
-    return None, True
+    return None, True, set()
 
 
 def _describe_change(base: Audit, a: Audit) -> str:
@@ -706,79 +730,97 @@ def _reefs_targeted(template, marks, finding, options):
         return [], set()
     lay = reefs.layout_of(template)
     state = reefs.state_from_marks(template, marks)
-    routes = reefs.analyse(state).routes
     key = (finding.rule, finding.message, tuple(finding.regions))
-    colour = next((c for c, r in routes.items()
+    colour = next((c for c, r in reefs.analyse(state).routes.items()
                    if any((p[0], p[1], tuple(p[2])) == key for p in r.problems)), None)
     if colour is None:
         return [], set()
     edges = set(state.route_edges(colour))
     own_entries = [e for e in lay.entries if marks.get(e) == colour]
     spaces = {s for e in edges for s in lay.conns[e][:2]} | {lay.entries[e] for e in own_entries}
-    can = {rid for rid, opts in options.items() if any(m == colour for m, _ in opts)}
+    # what each uncertain region costs to take the colour (-log plausibility, >= 0)
+    cost = {rid: -w for rid, opts in options.items() for m, w in opts if m == colour}
     # near: every uncertain connection or entry point on the route's spaces that could take or
     # give up the colour
     near = {cid for s in spaces for cid, _ in lay.adjacency.get(s, ())
-            if cid in options and (cid in can or marks.get(cid) == colour)}
+            if cid in options and (cid in cost or marks.get(cid) == colour)}
     near |= {e for e, s in lay.entries.items() if s in spaces and e in options}
 
-    g = reefs._graph(lay, edges) if edges else {}
-    pieces = reefs._components(g) if g else []
-    targets = [set(p) for p in pieces]
-    targets += [{lay.entries[e]} for e in own_entries if lay.entries[e] not in g]
+    targets = _pieces(lay, edges) + [{lay.entries[e]} for e in own_entries
+                                     if lay.entries[e] not in spaces - {lay.entries[e]}
+                                     and not any(lay.entries[e] in lay.conns[x][:2] for x in edges)]
     proposals = []
     if own_entries:
-        join = _reefs_join(lay, targets, edges, can)
+        join = _reefs_join(lay, targets, edges, cost)
         if join:
             proposals.append(({cid: colour for cid in join},
                               f"it would make the {colour} route one line from its entry point"))
     else:
-        for e in sorted(e for e in lay.entries if e in can):
-            join = _reefs_join(lay, targets + [{lay.entries[e]}], edges, can)
+        for e in sorted((e for e in lay.entries if e in cost), key=lambda e: (cost[e], e)):
+            join = _reefs_join(lay, targets + [{lay.entries[e]}], edges, cost)
             if join is not None:
                 proposals.append(({e: colour, **{cid: colour for cid in join}},
                                   f"the {colour} route would start at entry point {e}"))
     return proposals, near
 
 
-def _reefs_join(lay, targets: list[set], edges: set, can: set) -> set | None:
-    """The fewest ``can`` connections that join every target (sets of spaces) through the
-    route's own connections (greedy: the nearest target first); None when they cannot."""
+def _pieces(lay, edges: set) -> list[set]:
+    """The spaces of each connected piece of a set of connections."""
+    parent: dict[str, str] = {}
+
+    def root(v: str) -> str:
+        while parent.setdefault(v, v) != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+    for e in sorted(edges):
+        a, b, _ = lay.conns[e]
+        parent[root(a)] = root(b)
+    out: dict[str, set] = {}
+    for v in list(parent):
+        out.setdefault(root(v), set()).add(v)
+    return sorted(out.values(), key=sorted)
+
+
+def _reefs_join(lay, targets: list[set], edges: set, cost: Mapping[str, float]) -> set | None:
+    """The most plausible set of connections (keys of ``cost``) that joins every target (sets
+    of spaces) through the route's own connections: greedily, the cheapest path to the nearest
+    target first. None when no plausible connections join them."""
     if len(targets) < 2:
         return set() if targets else None
     tree, rest, added = set(targets[0]), [set(t) for t in targets[1:]], set()
     while rest:
-        # 0-1 breadth-first search: the route's connections cost nothing, a connection that
-        # would have to change colour costs one
-        dist = {s: 0 for s in tree}
+        # shortest paths: the route's connections cost nothing, one that would have to change
+        # colour costs how implausible that is
+        dist = {v: 0.0 for v in tree}
         back: dict[str, tuple[str, str]] = {}
-        todo = collections.deque(tree)
+        todo = [(0.0, v) for v in sorted(tree)]
         goal = None
         while todo:
-            v = todo.popleft()
+            d, v = heapq.heappop(todo)
+            if d > dist.get(v, math.inf):
+                continue
             if any(v in t for t in rest):
                 goal = v
                 break
             for cid, w in lay.adjacency.get(v, ()):
-                cost = 0 if cid in edges or cid in added else 1 if cid in can else None
-                if cost is None or dist.get(w, 1 << 30) <= dist[v] + cost:
+                step = 0.0 if cid in edges or cid in added else cost.get(cid)
+                if step is None or dist.get(w, math.inf) <= d + step:
                     continue
-                dist[w], back[w] = dist[v] + cost, (cid, v)
-                (todo.appendleft if cost == 0 else todo.append)(w)
+                dist[w], back[w] = d + step, (cid, v)
+                heapq.heappush(todo, (d + step, w))
         if goal is None:
             return None
         v = goal
         while v in back:
             cid, v = back[v]
-            if cid not in edges:
+            if cid not in edges and cid not in added:
                 added.add(cid)
-                tree.add(lay.conns[cid][0])
-                tree.add(lay.conns[cid][1])
+                tree.update(lay.conns[cid][:2])
         hit = next(t for t in rest if goal in t)
         rest.remove(hit)
         tree |= hit
     return added
-
 
 # ---------------------------------------------------------------------------------------------
 # text

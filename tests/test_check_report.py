@@ -314,8 +314,8 @@ def test_two_gaps_that_only_together_join_a_route_are_both_reviewed():
     swatch = next(rid for rid in sorted(marks) if rid.startswith("swatch."))
     read = {**marks, e1: "empty", e2: "empty", swatch: swatch.split(".")[1]}
     reads = {**_reads(read),
-             e1: RegionRead("empty", 0.93, True, ((decoy, 0.04), (c, 0.03))),
-             e2: RegionRead("empty", 0.93, True, ((c, 0.05),)),
+             e1: RegionRead("empty", 0.93, True, ((decoy, 0.05), (c, 0.04))),
+             e2: RegionRead("empty", 0.93, True, ((c, 0.06),)),
              # an unsure region whose every plausible reading changes nothing, alone or not
              swatch: RegionRead(read[swatch], 0.93, True, (("empty", 0.06),))}
     r = build_report(t, reads)
@@ -335,13 +335,20 @@ def test_two_gaps_that_only_together_join_a_route_are_both_reviewed():
     assert fixed.verdict is Verdict.OK
     assert fixed.rules_total == e.audit(e.state_from_marks(t, marks)).rules.total
 
+    # a joint reading is plausible only above JOINT_FLOOR: two readings the reader was sure of
+    # (2 % for the other colour each: 0.02/0.97 squared is 4e-4) do not put the sheet in doubt
+    sure = {**reads, e1: RegionRead("empty", 0.97, True, ((decoy, 0.02), (c, 0.02))),
+            e2: RegionRead("empty", 0.97, True, ((c, 0.02),))}
+    r = build_report(t, sure)
+    assert r.verdict is Verdict.DISCREPANCY and r.review == () and r.search["cut_off"] == []
+
 
 def test_a_search_cut_off_by_its_bound_says_so_and_reviews_its_regions(monkeypatch):
     import sheetcheck.report as report
     t, e, marks, c, e1, e2, decoy = _two_edge_gap()
     reads = {**_reads({**marks, e1: "empty", e2: "empty"}),
-             e1: RegionRead("empty", 0.93, True, ((decoy, 0.04), (c, 0.03))),
-             e2: RegionRead("empty", 0.93, True, ((c, 0.05),))}
+             e1: RegionRead("empty", 0.93, True, ((decoy, 0.05), (c, 0.04))),
+             e2: RegionRead("empty", 0.93, True, ((c, 0.06),))}
     monkeypatch.setattr(report, "MAX_SEARCH_AUDITS", 0)
     r = build_report(t, reads)
     assert r.search["cut_off"] == ["reefs.one_route"] and r.search["targeted"] == 0
