@@ -19,13 +19,22 @@ def model_doc():
     return json.loads(DEFAULT_MODEL.read_text())
 
 
+def _check_rows(n=None):
+    """The bundled model's check rows (its own columns) as rows of the reader's full matrix."""
+    check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
+    names = json.loads(DEFAULT_MODEL.read_text())["feature_names"]
+    X = np.asarray(check["X"][:n], np.float32)
+    assert X.shape[1] == len(names)
+    full = np.zeros((X.shape[0], len(FEATURE_NAMES)), np.float32)
+    full[:, [FEATURE_NAMES.index(c) for c in names]] = X
+    return full, np.asarray(check["proba"][:n])
+
+
 def test_bundled_model_loads_once_and_reproduces_scikit_learns_probabilities():
     model = default_model()
     assert model is default_model()  # cached per process
-    assert model.classes == MARKS and model.feature_names == FEATURE_NAMES
-    check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
-    X = np.asarray(check["X"], np.float32)
-    want = np.asarray(check["proba"])
+    assert model.classes == MARKS and set(model.feature_names) <= set(FEATURE_NAMES)
+    X, want = _check_rows()
     assert X.shape == (want.shape[0], len(FEATURE_NAMES)) and want.shape[0] >= 8
     got = model.predict_proba(X, calibrated=False)
     np.testing.assert_allclose(got, want, atol=2e-5)
@@ -35,8 +44,7 @@ def test_bundled_model_loads_once_and_reproduces_scikit_learns_probabilities():
 
 def test_probabilities_respect_what_a_region_allows():
     model = default_model()
-    X = np.asarray(json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())["X"][:3],
-                   np.float32)
+    X, _ = _check_rows(3)
     allowed = np.zeros((3, len(MARKS)), bool)
     allowed[:, [MARKS.index("empty"), MARKS.index("written")]] = True
     p = model.predict_proba(X, allowed=allowed)
@@ -52,8 +60,11 @@ def test_damaged_model_files_are_clear_errors(tmp_path, model_doc):
     with pytest.raises(ReaderModelError, match="cannot read reader model"):
         load_model(tmp_path / "missing.json")
     doc = copy.deepcopy(model_doc)
-    doc["feature_names"] = doc["feature_names"][:-1]
-    with pytest.raises(ReaderModelError, match="feature_names do not match"):
+    doc["feature_names"] = doc["feature_names"][:-1] + ["pencil_brand"]
+    with pytest.raises(ReaderModelError, match=r"feature_names do not match.*unknown \['pencil_brand'\]"):
+        model_from_dict(doc)
+    doc["feature_names"] = doc["feature_names"][:-1] + doc["feature_names"][:1]
+    with pytest.raises(ReaderModelError, match=r"feature_names do not match.*repeated \['is_line'\]"):
         model_from_dict(doc)
     doc = copy.deepcopy(model_doc)
     body = doc[doc["kind"]]
@@ -142,8 +153,7 @@ def _walk_trees(model, X):
 
 def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
     model = default_model()
-    check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
-    X = np.asarray(check["X"][:6], np.float32)
+    X, _ = _check_rows(6)
     want = _walk_trees(model, X)
     np.testing.assert_allclose(model.raw_scores(X), want, rtol=1e-12, atol=1e-12)
     # trees in another class order take the general summation, with the same scores
@@ -174,3 +184,29 @@ def test_the_reading_says_which_readers_decided():
     assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
+
+
+def test_a_model_made_for_an_earlier_feature_list_reads_its_own_columns(model_doc):
+    """Features are added over time: a model that names a subset of them, in any order, reads
+    those columns of the reader's full matrix and gives the same scores."""
+    model = default_model()
+    X, _ = _check_rows(6)
+    want = model.raw_scores(X)
+    doc = copy.deepcopy(model_doc)
+    g = doc["gbdt"]
+    names = doc["feature_names"]
+    used = sorted({f for f, leaf in zip(g["feature"], g["leaf"]) if not leaf})
+    assert len(used) < len(names)  # (the model leaves some features unused)
+    # keep only the features the trees use, in reverse order
+    keep = used[::-1]
+    new_index = {old: i for i, old in enumerate(keep)}
+    g["feature"] = [new_index.get(f, 0) if not leaf else 0 for f, leaf in zip(g["feature"], g["leaf"])]
+    doc["feature_names"] = [names[j] for j in keep]
+    small = model_from_dict(doc)
+    assert small.feature_names == tuple(doc["feature_names"])
+    np.testing.assert_allclose(small.raw_scores(X), want, rtol=1e-12, atol=1e-12)
+    # rows of the model's own columns are accepted too
+    own = X[:, [FEATURE_NAMES.index(n) for n in doc["feature_names"]]]
+    np.testing.assert_allclose(small.raw_scores(own), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=f"expected \\(N, {len(FEATURE_NAMES)}\\) features"):
+        small.raw_scores(X[:, :5])

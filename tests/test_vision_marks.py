@@ -395,3 +395,76 @@ def test_classifier_window_reads_as_the_whole_sheet(crypts):
         {k: (r.mark, r.confidence, r.review) for k, r in b.readings.items()}
     # and the measurements are real: coloured and crossed regions were found
     assert {r.mark for r in a.readings.values()} >= {"orange", "blue", "crossed", "empty"}
+
+
+# ---------------------------------------------------------------------------------------------
+# straight strokes: the line-integral features of the learned reader
+# ---------------------------------------------------------------------------------------------
+
+def _faint_strokes(t, render, *, darken=0.93, noise=1.5, seed=0):
+    """Boxes in turn empty, a faint thin slash, a faint thin X, a grey fill (2 px strokes,
+    about 4 L* darker than paper, under paper noise of ~1.5 levels: the hand reader sees no
+    ink there)."""
+    import cv2
+    rng = np.random.default_rng(seed)
+    img = render.astype(np.float32)
+    k = DPI / 25.4
+    kinds = {}
+    for i, r in enumerate(t.regions_of_kind("box")[:24]):
+        x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
+        kind = ("empty", "slash", "x", "fill")[i % 4]
+        kinds[r.id] = kind
+        m = np.zeros(img.shape[:2], np.uint8)
+        a, b = (int(x0 + 2), int(y0 + 2)), (int(x1 - 2), int(y1 - 2))
+        if kind in ("slash", "x"):
+            cv2.line(m, a, b, 1, 2)
+        if kind == "x":
+            cv2.line(m, (int(x0 + 2), int(y1 - 2)), (int(x1 - 2), int(y0 + 2)), 1, 2)
+        if kind == "fill":
+            cv2.rectangle(m, a, b, 1, -1)
+        img[m > 0] *= darken if kind != "fill" else 0.6
+    img += rng.normal(0.0, noise, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8), kinds
+
+
+def test_line_features_see_faint_slashes_and_tell_an_x_from_a_slash_and_a_fill(crypts):
+    from vision.marks import FEATURE_NAMES
+    t, render, model = crypts
+    image, kinds = _faint_strokes(t, render)
+    sheet = _read(model, image, keep_matrix=True)
+    ids = list(model.region_ids)
+    f = {n: {kind: [] for kind in ("empty", "slash", "x", "fill")} for n in FEATURE_NAMES}
+    for rid, kind in kinds.items():
+        row = sheet.matrix[ids.index(rid)]
+        for j, n in enumerate(FEATURE_NAMES):
+            f[n][kind].append(float(row[j]))
+    lo, hi = (lambda n, k: min(f[n][k])), (lambda n, k: max(f[n][k]))
+    # the strokes are too faint for the per-pixel measurements ...
+    assert hi("coverage", "slash") < 0.02 and hi("coverage", "x") < 0.02
+    # ... but a line integral finds every one of them, long and far above any empty box's
+    assert lo("line_contrast", "slash") > 4 * hi("line_contrast", "empty") > 0
+    assert lo("line_contrast", "x") > 4 * hi("line_contrast", "empty")
+    assert lo("line_length", "slash") >= 0.5 and hi("line_length", "empty") <= 0.2
+    # an X has a second line across the first, a slash has none
+    assert lo("line2_contrast", "x") > 1.5 > 0.5 > hi("line2_contrast", "slash")
+    assert lo("orient_second", "x") > 0.3 > 0.15 > hi("orient_second", "slash")
+    # a fill raises every strip alike: dark, but no line stands out
+    assert lo("ink_z", "fill") > 5 and hi("line_contrast", "fill") < 0.5
+    # connections are not searched
+    line_rows = np.flatnonzero(model.is_line)
+    assert line_rows.size == 0 or not sheet.matrix[line_rows][:, FEATURE_NAMES.index("line_z")].any()
+
+
+def test_strip_sums_match_a_plain_bincount_over_the_strips(crypts):
+    from vision.marks import _LINE_ANGLES, _STRIPS, _strip_sums
+    _, _, model = crypts
+    rng = np.random.default_rng(6)
+    v = rng.normal(size=model.strip_pos.size)
+    nbin = len(model.region_ids) * _LINE_ANGLES * _STRIPS
+    want = np.bincount(model.strip_bin.reshape(-1), np.tile(v, _LINE_ANGLES), nbin)
+    np.testing.assert_allclose(_strip_sums(v, model), want, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(_strip_sums(np.ones(v.size), model), model.strip_count)
+    # every area pixel is in exactly one strip of each orientation, of its own region
+    assert model.strip_bin.shape == (_LINE_ANGLES, model.strip_pos.size)
+    region_of_bin = model.strip_bin // (_LINE_ANGLES * _STRIPS)
+    assert np.all(region_of_bin == model.label[model.strip_pos][None, :])

@@ -79,12 +79,21 @@ class LearnedReader:
 
     def raw_scores(self, X: np.ndarray) -> np.ndarray:
         """(N, F) features -> (N, C) class scores (log-odds before the softmax)."""
+        from vision.marks import FEATURE_NAMES
+
         X = np.asarray(X, np.float32)
-        if X.ndim != 2 or X.shape[1] != len(self.feature_names):
-            raise ValueError(f"expected (N, {len(self.feature_names)}) features, got {X.shape}")
         p = self.params
+        cols = p["columns"]
+        if X.ndim == 2 and X.shape[1] == len(self.feature_names) != len(FEATURE_NAMES):
+            # the model's own columns (a model made for an earlier, shorter feature list):
+            # placed where the reader's full matrix has them
+            full = np.zeros((X.shape[0], len(FEATURE_NAMES)), np.float32)
+            full[:, cols] = X
+            X = full
+        if X.ndim != 2 or X.shape[1] != len(FEATURE_NAMES):
+            raise ValueError(f"expected (N, {len(FEATURE_NAMES)}) features, got {X.shape}")
         if self.kind == "mlp":
-            h = np.clip((X - p["mean"]) / p["scale"], -p["clip"], p["clip"])
+            h = np.clip((X[:, cols] - p["mean"]) / p["scale"], -p["clip"], p["clip"])
             n = len([k for k in p if k.startswith("W")])
             for i in range(n):
                 h = h @ p[f"W{i}"] + p[f"b{i}"]
@@ -181,15 +190,21 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
     if classes != MARKS:
         problems.append(f"classes {list(classes)} are not the reader's marks {list(MARKS)}")
     names = tuple(doc.get("feature_names") or ())
-    if names != FEATURE_NAMES:
-        missing = [n for n in FEATURE_NAMES if n not in names]
-        extra = [n for n in names if n not in FEATURE_NAMES]
+    # A model may have been made for an earlier feature list: every name it uses must still
+    # be measured (then it reads those columns of the full matrix); a name the reader no
+    # longer measures, or one given twice, makes it unusable.
+    extra = [n for n in names if n not in FEATURE_NAMES]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if not names or extra or dup:
         problems.append("feature_names do not match vision.marks.FEATURE_NAMES"
-                        + (f" (missing {missing[:5]})" if missing else "")
+                        + (" (none given)" if not names else "")
                         + (f" (unknown {extra[:5]})" if extra else "")
-                        + ("" if missing or extra else " (order differs)"))
+                        + (f" (repeated {dup[:5]})" if dup else ""))
+        columns = np.arange(len(names), dtype=np.int64)
+    else:
+        columns = np.array([FEATURE_NAMES.index(n) for n in names], np.int64)
     kind = doc.get("kind")
-    F, C = len(FEATURE_NAMES), len(MARKS)
+    F, C = len(names), len(MARKS)
     params: dict[str, np.ndarray] = {}
     if kind == "mlp":
         m = doc.get("mlp") or {}
@@ -252,7 +267,9 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
             if params["baseline"].size != C:
                 problems.append(f"gbdt.baseline: expected {C} values")
             if not problems:
-                params["feature"] = np.where(params["leaf"], 0, params["feature"])
+                # split features as columns of the reader's full matrix
+                params["feature"] = np.where(params["leaf"], 0, columns[np.where(
+                    params["leaf"], 0, params["feature"])])
                 node = np.arange(n)
                 # children table, [left, right] per node; a leaf leads to itself
                 params["child"] = np.stack([np.where(params["leaf"], node, params["left"]),
@@ -279,6 +296,7 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
                 problems.append(f"decision.{k}: expected a number in 0..1.5, got {v!r}")
             else:
                 rule_kw[k] = float(v)
+    params["columns"] = columns
     if problems:
         raise ReaderModelError(f"reader model {source} is damaged or does not fit this reader:",
                                hint=hint + "\n" + "\n".join(f"  - {p}" for p in problems))

@@ -174,6 +174,24 @@ class SheetModel:
         with the same values at ``pix``.
     roi_pix : (P,) int ndarray or None
         ``pix`` as flat indices into ``roi``.
+    strip_pos : (Pa,) int ndarray or None
+        Positions in ``pix`` of the pixels of area regions (the straight-line search).
+    strip_bin : (_LINE_ANGLES, Pa) int32 ndarray or None
+        For each orientation, the pixel's strip: ``(area_index * _LINE_ANGLES + k) *
+        _STRIPS + strip``, strips ``_STRIP_MM`` wide across the region, perpendicular to the
+        line direction ``k * 180 / _LINE_ANGLES`` degrees from the x axis.
+    strip_count : (A * _LINE_ANGLES * _STRIPS,) float64 ndarray or None
+        Pixels per strip (all pixels valid).
+    strip_dxy : (Pa, 2) float32 ndarray or None
+        The pixel's offset (x, y) in px from its region's bounding-box centre.
+    strip_px : float
+        Strip width in px.
+    strip_sum_idx : (src, starts, bins) or None
+        The (pixel, orientation) pairs sorted by strip: ``src`` the pixel (position in
+        ``strip_pos``) of each pair, ``starts`` where each non-empty strip begins, ``bins``
+        its strip index (strip sums by one ``np.add.reduceat``).
+    strip_ext : (R,) float ndarray or None
+        Each area region's radius in px (largest pixel distance from its centre).
     """
 
     template: Template
@@ -200,6 +218,26 @@ class SheetModel:
     halo_diag: np.ndarray | None = None
     roi: tuple[int, int, int, int] | None = None
     roi_pix: np.ndarray | None = None
+    strip_pos: np.ndarray | None = None
+    strip_bin: np.ndarray | None = None
+    strip_count: np.ndarray | None = None
+    strip_dxy: np.ndarray | None = None
+    strip_px: float = 0.0
+    strip_sum_idx: tuple | None = None
+    strip_ext: np.ndarray | None = None
+
+
+#: Straight-line search (``SheetModel.strip_bin``): orientations over 180 degrees and strips
+#: across each area region. 16 orientations (11.25 deg apart) and strips 1 mm wide keep a
+#: straight stroke of any direction inside one strip over +-5 mm, the half-length of a box.
+_LINE_ANGLES = 16
+_STRIP_MM = 1.0
+#: strips per orientation (ends clipped): 24 mm covers the diagonal of every area region
+#: (number fields, the only larger ones, are clipped at the ends, which only widens their
+#: outermost strips)
+_STRIPS = 24
+#: bins of 1 mm along the best line (its length), 32 mm at most
+_ALONG = 32
 
 
 #: Margin (px) of the classifier's window around the region pixels: the widest neighbourhood
@@ -328,6 +366,8 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
     w_l, bin_l, nbins, is_line, dbin_l, outline = [], [], [], [], [], []
     hpix_l, hlab_l, hdiag_l = [], [], []
+    spos_l, sdxy_l = [], []  # area pixels for the straight-line search
+    n_pix = 0
     hm = halo_mm * k
     next_bin = 0
     for r in template.readable_regions():
@@ -372,6 +412,10 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
             v = (ys - cy) / hy
             wgt = np.clip((1.0 - 0.8 * (u * u + v * v)) ** 2, 0.02, 1.0).astype(np.float32)
             bi = np.full(rr.size, -1, np.int64)
+            # every other pixel (a checkerboard): a 1 mm strip still holds ~8 per mm of line
+            sub = np.flatnonzero((rr + cc) % 2 == 0)
+            spos_l.append(n_pix + sub)
+            sdxy_l.append(np.stack([xs[sub] - cx, ys[sub] - cy], axis=1))
             nbins.append(0)
         dd = np.minimum(np.abs(u - v), np.abs(u + v)) / math.sqrt(2)
         # The X test compares the diagonal arms with the sectors between them at the same
@@ -407,7 +451,35 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         bin_l.append(bi)
         is_line.append(line)
         area.append(rr.size)
+        n_pix += rr.size
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    # straight-line search geometry (SheetModel.strip_bin): per orientation, the strip of
+    # each area pixel, counted once here (the pixel set is fixed)
+    strip_pos = cat(spos_l, np.int64)
+    strip_dxy = np.concatenate(sdxy_l).astype(np.float32) if sdxy_l else np.zeros((0, 2), np.float32)
+    lab_all = cat(lab_l, np.int32)
+    strip_px = _STRIP_MM * k
+    th_k = np.arange(_LINE_ANGLES) * (math.pi / _LINE_ANGLES)
+    # rho: distance across the line direction (cos, sin) = normal (-sin, cos)
+    rho = -strip_dxy[:, :1].T * np.sin(th_k)[:, None] + strip_dxy[:, 1:].T * np.cos(th_k)[:, None]
+    sb = np.clip(np.floor(rho / strip_px + _STRIPS / 2), 0, _STRIPS - 1).astype(np.int32)
+    base = (lab_all[strip_pos].astype(np.int64)[None, :] * _LINE_ANGLES
+            + np.arange(_LINE_ANGLES)[:, None]) * _STRIPS
+    strip_bin = (base + sb).astype(np.int32)
+    n_regions = len(ids)
+    flat = strip_bin.reshape(-1)
+    strip_count = np.bincount(flat, minlength=n_regions * _LINE_ANGLES * _STRIPS).astype(np.float64)
+    # strip sums as one reduceat over the (pixel, orientation) pairs sorted by strip: several
+    # times cheaper than a weighted bincount over the 16 copies of every pixel
+    order = np.argsort(flat, kind="stable")
+    sorted_bins = flat[order]
+    starts = np.flatnonzero(np.diff(sorted_bins, prepend=-1))
+    strip_sum_idx = ((order % max(1, strip_pos.size)).astype(np.intp), starts.astype(np.intp),
+                     sorted_bins[starts].astype(np.intp))
+    # each region's radius (px): the largest distance of its pixels from the centre
+    strip_ext = np.zeros(n_regions)
+    if strip_pos.size:
+        np.maximum.at(strip_ext, lab_all[strip_pos], np.hypot(strip_dxy[:, 0], strip_dxy[:, 1]))
     pix = cat(pix_l, np.int64)
     paper_sample = np.flatnonzero(paper.reshape(-1))
     if paper_sample.size > 20000:
@@ -420,7 +492,8 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       cat(w_l, np.float32), cat(bin_l, np.int64), np.asarray(nbins, np.int64),
                       np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample,
                       np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
-                      cat(hdiag_l, bool), roi, roi_pix)
+                      cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
+                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext)
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,6 +536,7 @@ class _Features:
     halo_diag: np.ndarray | None = None
     halo_off: np.ndarray | None = None
     halo_dark_diag: np.ndarray | None = None
+    lines: Mapping[str, np.ndarray] | None = None
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -666,6 +740,15 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     # heavy hand are dark, a pale pencil or a shadow is not
     k_drop = acc.add(np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0))
     k_ink = acc.add(ink)
+    # ink contrast of every pixel in units of this photo's paper noise (chroma above the
+    # paper's, or darker than it; the larger), for the straight-line search and its kin
+    c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
+    l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
+    zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
+                    (float(th["paper_l"]) - L) / l_sd)
+    zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
+    k_z, k_z3 = acc.add(zp), acc.add(ok & (zp > 3.0))
+    k_zb, k_zo = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
     S = acc.sums()
     wsum = np.maximum(S[k_w], 1e-9)
     n = S[k_n]
@@ -690,11 +773,173 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     ink_drop = S[k_drop] / np.maximum(S[k_ink], 1)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
+    lines = {"ink_z": S[k_z] / np.maximum(n, 1), "z3_share": S[k_z3] / np.maximum(n, 1),
+             "diag_z": S[k_zb] / np.maximum(nb, 1), "sector_z": S[k_zo] / np.maximum(no, 1)}
+    lines.update(_measure_lines(zp, ok, model, gx, gy))
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
                      np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core, faint_tint, faint_hue_r,
-                     ink_drop)
+                     ink_drop, lines=lines)
+
+
+#: Ink contrast per pixel is clipped here (noise units): one very dark texel must not make a
+#: strip look like a line.
+_Z_CLIP = 8.0
+#: A strip is a candidate line only with at least this length (mm) of readable pixels in it.
+_STRIP_MIN_MM = 2.5
+#: An along-line bin (1 mm) "carries the line" at this mean contrast (noise units).
+_ALONG_Z = 1.5
+
+
+def _strip_sums(values: np.ndarray, model: SheetModel) -> np.ndarray:
+    """Sum a (Pa,) column (one value per pixel of ``model.strip_pos``) over every strip of
+    every orientation: (R * _LINE_ANGLES * _STRIPS,) float64, strip index as in
+    ``SheetModel.strip_bin``. One ``reduceat`` over the pixel copies sorted by strip (the
+    same sums as a weighted ``bincount`` of ``strip_bin``, to rounding)."""
+    src, starts, nz = model.strip_sum_idx
+    out = np.zeros(len(model.region_ids) * _LINE_ANGLES * _STRIPS)
+    if starts.size:
+        out[nz] = np.add.reduceat(np.asarray(values, np.float64)[src], starts)
+    return out
+
+
+def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.ndarray,
+                   gy: np.ndarray) -> dict[str, np.ndarray]:
+    """Straight strokes in each area region: the best straight line, the best second line
+    across it, and how the ink's edges are oriented.
+
+    A line integral (the mean contrast over a 1 mm strip) sees a faint thin stroke that no
+    single pixel shows above the paper noise: a light graphite slash or X over a printed
+    symbol. A fill raises every strip alike; a crossing-out raises one or two.
+
+    Parameters
+    ----------
+    zp : (P,) ndarray
+        Ink contrast per pixel in paper-noise units (0 where not ``ok``).
+    ok : (P,) bool ndarray
+    model : SheetModel
+    gx, gy : (P,) ndarray
+        Gradient of the blurred ink strength at the region pixels.
+
+    Returns
+    -------
+    dict of (R,) float64 arrays (0 for connections)
+        ``line_z`` (mean contrast on the best strip), ``line_contrast`` (that minus the rest
+        of the region), ``line_length`` (share of its 1 mm bins along the strip that carry the
+        line), ``line_span`` (readable length of the strip over the region's diameter),
+        ``line_offset`` (its distance from the centre over the region's radius),
+        ``line_diag`` (its angle to the nearer diagonal, 0..1 for 0..45 deg), ``line2_z``,
+        ``line2_contrast``, ``line2_length`` (the best strip at least 45 deg from the first),
+        ``line_rest`` (mean contrast off both strips), ``orient_top`` and ``orient_second``
+        (share of the edge energy in the strongest 45 deg of orientations, and in the
+        strongest 45 deg at least 67.5 deg from it).
+    """
+    R = len(model.region_ids)
+    K, NB = _LINE_ANGLES, _STRIPS
+    keys = ("line_z", "line_contrast", "line_length", "line_span", "line_offset", "line_diag",
+            "line2_z", "line2_contrast", "line2_length", "line_rest", "orient_top",
+            "orient_second")
+    out = {k: np.zeros(R) for k in keys}
+    if model.strip_bin is None or model.strip_pos is None or model.strip_pos.size == 0:
+        return out
+    pos, sbin, w = model.strip_pos, model.strip_bin, model.strip_px
+    za = zp[pos]
+    nbin = R * K * NB
+    ssum = _strip_sums(za, model)
+    oka = ok[pos]
+    cnt = model.strip_count if oka.all() else _strip_sums(oka.astype(np.float64), model)
+    k_mm = model.dpi / 25.4
+    # (the search runs on every other pixel, SheetModel.strip_pos: half a strip's pixels)
+    nmin = 0.5 * _STRIP_MIN_MM * k_mm * w
+    mean = np.where(cnt >= nmin, ssum / np.maximum(cnt, 1), -np.inf).reshape(R, K, NB)
+    best_b = mean.argmax(axis=2)  # (R, K)
+    best_k = np.take_along_axis(mean, best_b[..., None], axis=2)[..., 0]  # (R, K)
+    k1 = best_k.argmax(axis=1)
+    r_idx = np.arange(R)
+    has = np.isfinite(best_k[r_idx, k1])
+    g1 = (r_idx * K + k1) * NB + best_b[r_idx, k1]
+    s1, c1 = ssum[g1], cnt[g1]
+    # the region's totals over the same pixels: every pixel lies in one strip per orientation
+    zs = ssum.reshape(R, K, NB)[:, 0].sum(axis=1)
+    nn = np.asarray(cnt).reshape(R, K, NB)[:, 0].sum(axis=1)
+    m1 = s1 / np.maximum(c1, 1)
+    out["line_z"] = np.where(has, m1, 0.0)
+    out["line_contrast"] = np.where(has, m1 - (zs - s1) / np.maximum(nn - c1, 1), 0.0)
+    lbl = model.label[pos]
+    dxy = model.strip_dxy
+    ext = np.maximum(model.strip_ext, w)
+    # where the line lies: offset from the centre and angle to the nearer diagonal
+    out["line_offset"] = np.where(has, np.abs((best_b[r_idx, k1] + 0.5 - NB / 2) * w) / ext, 0.0)
+    ang = np.degrees(k1 * (math.pi / K)) % 90.0
+    out["line_diag"] = np.where(has, np.abs(ang - 45.0) / 45.0, 0.0)
+    ar = np.arange(pos.size)
+
+    def strip_pixels(g, kk, spread=0):
+        # pixels of each region's strip g (orientation kk), or within `spread` strips of it
+        kp = kk[lbl]
+        d = sbin[kp, ar] - g[lbl]
+        return np.flatnonzero(((d <= spread) & (d >= -spread)) & oka), kp
+
+    def length(on, kp, valid):
+        # share of the strip's 1 mm bins along its line that carry the line, and how many
+        # bins it has (its readable length)
+        th = kp[on] * (math.pi / K)
+        t = dxy[on, 0] * np.cos(th) + dxy[on, 1] * np.sin(th)
+        ab = np.clip(np.floor(t / k_mm + _ALONG / 2), 0, _ALONG - 1).astype(np.int64)
+        idx = lbl[on].astype(np.int64) * _ALONG + ab
+        bs = np.bincount(idx, za[on], R * _ALONG)
+        bc = np.bincount(idx, minlength=R * _ALONG)
+        seen = bc >= 0.25 * w  # half a mm of the strip's width seen in that bin (every other px)
+        hit = seen & (bs >= _ALONG_Z * np.maximum(bc, 1))
+        nseen = seen.reshape(R, _ALONG).sum(axis=1)
+        return (np.where(valid, hit.reshape(R, _ALONG).sum(axis=1) / np.maximum(nseen, 1), 0.0),
+                nseen)
+
+    on1, kp1 = strip_pixels(g1, k1)
+    out["line_length"], nseen = length(on1, kp1, has)
+    out["line_span"] = np.where(has, nseen * k_mm / (2 * ext), 0.0)
+    # Second line: the best strip at least 45 degrees from the first, without the pixels of
+    # the first strip and its two neighbours (a strip across a single slash would otherwise
+    # pick up where it crosses it, and the edges of a slash that falls between two strips)
+    wide1, _ = strip_pixels(g1, k1, spread=1)
+    b_on = sbin[:, wide1].reshape(-1)
+    ssum2 = ssum - np.bincount(b_on, np.tile(za[wide1], K), nbin)
+    cnt2 = cnt - np.bincount(b_on, minlength=nbin)
+    mean2 = np.where(cnt2 >= nmin, ssum2 / np.maximum(cnt2, 1), -np.inf).reshape(R, K, NB)
+    dk = np.abs(np.arange(K)[None, :] - k1[:, None])
+    dk = np.minimum(dk, K - dk)
+    mean2[dk < K // 4] = -np.inf
+    best_b2 = mean2.argmax(axis=2)
+    best_k2 = np.take_along_axis(mean2, best_b2[..., None], axis=2)[..., 0]
+    k2 = best_k2.argmax(axis=1)
+    has2 = has & np.isfinite(best_k2[r_idx, k2])
+    g2 = (r_idx * K + k2) * NB + best_b2[r_idx, k2]
+    s2, c2 = ssum2[g2], cnt2[g2]
+    m2 = s2 / np.maximum(c2, 1)
+    rest12 = (zs - s1 - s2) / np.maximum(nn - c1 - c2, 1)
+    out["line2_z"] = np.where(has2, m2, 0.0)
+    out["line2_contrast"] = np.where(has2, m2 - rest12, 0.0)
+    out["line_rest"] = np.where(has, rest12, 0.0)
+    on2, kp2 = strip_pixels(g2, k2)
+    on2 = on2[~np.isin(on2, wide1, assume_unique=True)]
+    out["line2_length"], _ = length(on2, kp2, has2)
+    # orientation of the ink's edges (double-angle histogram, 8 bins of 22.5 deg): hatching
+    # is one orientation, an X two about 90 deg apart, a scribble all of them
+    gxa, gya = gx[pos], gy[pos]
+    e = gxa * gxa + gya * gya
+    strong = e > 1e-6
+    phi = np.arctan2(2 * gxa[strong] * gya[strong], gxa[strong] ** 2 - gya[strong] ** 2)
+    ob = ((phi + math.pi) * (8 / (2 * math.pi))).astype(np.int64) % 8
+    hist = np.bincount(lbl[strong].astype(np.int64) * 8 + ob, e[strong], R * 8).reshape(R, 8)
+    tot = np.maximum(hist.sum(axis=1), 1e-9)
+    pair = hist + np.roll(hist, -1, axis=1)  # 45 deg windows
+    o1 = pair.argmax(axis=1)
+    do = np.abs(np.arange(8)[None, :] - o1[:, None])
+    do = np.minimum(do, 8 - do)
+    out["orient_top"] = pair[r_idx, o1] / tot
+    out["orient_second"] = np.where(do >= 3, pair, 0.0).max(axis=1) / tot
+    return out
 
 
 #: Every mark a region can take, in the order the learned reader's classes use.
@@ -732,6 +977,12 @@ FEATURE_NAMES = (
     # ink just outside the region (SheetModel.halo_pix): along its extended diagonals (all
     # ink, graphite) and elsewhere around it
     "halo_diag", "halo_dark_diag", "halo_off",
+    # ink contrast in paper-noise units (vision.marks._measure_lines): over the region, its
+    # diagonal bands and the sectors between, the best straight 1 mm strip and the best one
+    # across it, and the orientations of the ink's edges
+    "ink_z", "z3_share", "diag_z", "sector_z", "line_z", "line_contrast", "line_length",
+    "line_span", "line_offset", "line_diag", "line2_z", "line2_contrast", "line2_length",
+    "line_rest", "orient_top", "orient_second",
     # hue against this photo's calibrated pencils (signed, in effective spreads), the best
     # and second-best distance, and whether the prior palette names the hue otherwise
     "z_orange", "z_red", "z_blue", "z_green", "z_purple", "d_best", "d_second",
@@ -827,6 +1078,9 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         v = getattr(f, name)
         if v is not None:
             put(name, v)
+    for name, v in (f.lines or {}).items():
+        # (connections are not searched for lines: their columns stay 0)
+        put(name, np.where(model.is_line[:R], 0.0, v))
     hue_noise = np.degrees(3.0 * c_sd / np.maximum(f.chroma, 1e-3))
     has_hue = f.chroma > 0
     z = np.zeros((R, len(PENCIL_COLOURS)))
