@@ -6,12 +6,18 @@ The verdict is one of
 * ``DISCREPANCY``: the claimed total differs from the rules' total, or a rule is broken (the
   report says which lines differ and by how much, and lists the findings);
 * ``NEEDS REVIEW``: some region the reader was unsure of *matters*: one of its plausible
-  readings changes the total by the rules, the claimed total or the verdict.
+  readings, alone or jointly with other uncertain regions', changes the total by the rules, the
+  claimed total, the verdict or the findings.
 
 "Review only what matters": every region the reader flags uncertain is re-scored with each of
 its plausible alternative readings (the reader's alternatives, at least the best two readings);
 it is put up for review only when an alternative changes something a player would dispute,
-otherwise the report lists it as "uncertain but did not matter". A person's corrections
+alone or in a plausible joint reading with other uncertain regions (a bounded search: the best
+alternatives together, then, for each broken finding, the joint readings of the regions that
+touch it, the game's map proposing the route joins; a search stopped at its bound says so and
+reviews what it did not clear); otherwise the report lists it as "uncertain but did not
+matter". The smallest group that makes a change is reviewed, each region with its reason.
+A person's corrections
 (``--fix REGION=MARK``) replace readings, are validated against the template, settle the region
 (it is no longer uncertain) and are recorded in the report.
 
