@@ -394,3 +394,173 @@ def test_game_marks_for_a_game_without_an_engine_is_a_clear_error():
 def test_out_of_range_conditions_are_refused(key, value, message):
     with pytest.raises(SimulatorError, match=message):
         sample_conditions("typical", np.random.default_rng(0), {key: value})
+
+
+# --- the varied painter ----------------------------------------------------------------------
+
+from sheetcheck.simulator import PAINTERS, varied_hand  # noqa: E402
+from sheetcheck.simulator.paint import (VARIED_CROSS_STYLES, paint_varied,  # noqa: E402
+                                        sample_varied_hand, srgb_to_linear, varied_pencils)
+
+#: sha256 of the default painter's output before the varied painter was added (commit f37811e~1,
+#: checked against that tree): the default painter must stay bit-identical, corpora depend on it.
+DEFAULT_PAINT_SHA = "672f43aae1d02e750985525328c78ebe22a0407d43f6a86fa572ba91869ce5b7"
+DEFAULT_PHOTO_SHA = "b548d2eb2d1112075bd09ec972bf9822323cc74e2d7f7b0ab2ddf09c8dc8e6c2"
+
+
+def _sha(a: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def test_default_painter_output_is_unchanged(reefs):
+    marks = random_marks(reefs, np.random.default_rng(4), fill=0.8)
+    marks.update({r.id: "crossed" for r in reefs.readable_regions()
+                  if "crossed" in r.marks and r.kind == "star"})
+    assert {"crossed", "written", "orange", "empty"} <= set(marks.values())
+    cond = sample_conditions("typical", np.random.default_rng(5))
+    pencils = pencils_for(cond, np.random.default_rng(6))
+    out = paint_sheet(render_blank(reefs, dpi=60.0), reefs, marks, dpi=60.0,
+                      rng=np.random.default_rng(7), pencils=pencils, hand=cond["hand"])
+    assert _sha(out) == DEFAULT_PAINT_SHA, "the default painter's strokes changed"
+    crypts2 = get_template("crypts-2")
+    photo = simulate_photo(crypts2, random_marks(crypts2, np.random.default_rng(1)), seed=1,
+                           preset="hard", overrides={"output_long_side": 320})
+    assert _sha(photo.image) == DEFAULT_PHOTO_SHA, "a default photo changed (painter or its streams)"
+    assert "painter" not in photo.truth["conditions"]
+
+
+def _crossable(template):
+    return {r.id: "crossed" for r in template.readable_regions() if "crossed" in r.marks}
+
+
+def test_varied_painter_is_deterministic_records_itself_and_keeps_the_camera(crypts):
+    marks = {**random_marks(crypts, np.random.default_rng(0), fill=0.6),
+             **dict(list(_crossable(crypts).items())[:6])}
+    a = simulate_photo(crypts, marks, seed=9, painter="varied", overrides=SMALL)
+    b = simulate_photo(crypts, marks, seed=9, painter="varied", overrides=SMALL)
+    c = simulate_photo(crypts, marks, seed=10, painter="varied", overrides=SMALL)
+    d = simulate_photo(crypts, marks, seed=9, overrides=SMALL)
+    assert a.jpeg == b.jpeg and a.truth == b.truth
+    assert a.jpeg != c.jpeg and a.truth["conditions"]["hand"] != c.truth["conditions"]["hand"]
+    ca, cd = a.truth["conditions"], d.truth["conditions"]
+    assert ca["painter"] == "varied" and ca["hand"]["painter"] == "varied"
+    assert set(ca["pencil_strength"]) >= set(PENCIL_COLOURS) | {"graphite"}
+    assert a.truth["marks"] == d.truth["marks"]
+    # same seed, same camera, light and background: only the painting differs
+    for k in ("rotation_deg", "tilt_deg", "colour_temp_k", "background", "jpeg_quality", "fill"):
+        assert ca[k] == cd[k], k
+    assert a.truth["homography"] == d.truth["homography"]
+    assert a.jpeg != d.jpeg
+    json.dumps(a.truth)
+
+
+def test_varied_painter_overrides_and_unknown_painter(crypts):
+    photo = simulate_photo(crypts, {}, seed=1, painter="varied",
+                           overrides={**SMALL, "hand.cross_style": "slash", "hand.pressure": "0.2",
+                                      "rotation_deg": 90})
+    c = photo.truth["conditions"]
+    assert c["hand"]["cross_style"] == "slash" and c["hand"]["pressure"] == 0.2
+    assert c["rotation_deg"] == 90.0
+    with pytest.raises(SimulatorError, match="unknown hand condition.*hand.nonsense"):
+        simulate_photo(crypts, {}, seed=1, painter="varied", overrides={"hand.nonsense": 1})
+    with pytest.raises(SimulatorError, match="hand.cross_style must be one of slash"):
+        simulate_photo(crypts, {}, seed=1, painter="varied", overrides={"hand.cross_style": "tick"})
+    with pytest.raises(SimulatorError, match="unknown painter 'picasso'"):
+        simulate_photo(crypts, {}, seed=1, painter="picasso")
+    assert "varied" in PAINTERS
+
+
+def _region_darkness(painted, blank, region, s):
+    """The fraction of light the marks took away at each blank-paper pixel of ``region``'s box
+    (1-D; printed ink is left out: 8-bit rounding makes the ratio meaningless there)."""
+    x0, y0, x1, y1 = (np.array(region.shape.bbox()) * s).astype(int)
+    lum = lambda a: srgb_to_linear(a[y0:y1, x0:x1] / 255.0) @ np.float32([0.2126, 0.7152, 0.0722])
+    paper = lum(blank)
+    return (1 - lum(painted) / np.maximum(paper, 1e-3))[paper > 0.5]
+
+
+def _varied_paint(template, marks, seed, dpi, **hand_keys):
+    hand = {**sample_varied_hand(np.random.default_rng(seed)), "stray_marks": 0, **hand_keys}
+    pencils, strength = varied_pencils(np.random.default_rng(seed + 1000))
+    blank = render_blank(template, dpi=dpi)
+    return blank, paint_varied(blank, template, marks, dpi=dpi, rng=np.random.default_rng(seed),
+                               pencils=pencils, hand=hand, strength=strength), hand
+
+
+def test_varied_painter_really_varies_yet_every_cross_is_visible(crypts):
+    """Across hands the crossing strokes range from faint to heavy, but none is so faint that a
+    person would not see it; that is what makes a crossed region 'crossed'."""
+    dpi = 80.0
+    s = dpi / 25.4
+    marks = _crossable(crypts)
+    stroke_darkness, styles = [], set()
+    for seed in range(14):
+        blank, painted, hand = _varied_paint(crypts, marks, seed, dpi)
+        styles.add(hand["cross_style"])
+        regions = [r for r in crypts.readable_regions() if r.id in marks]
+        dark = [_region_darkness(painted, blank, r, s) for r in regions]
+        for r, d in zip(regions, dark):
+            # the darkest stroke pixels of every crossed region (a thin slash is only ~30 px
+            # at this dpi): clearly more than the paper's grain
+            assert np.sort(d)[-15:].mean() > 0.15, f"seed {seed}: {r.id} crossed invisibly"
+        on = np.concatenate([d[d > 0.03] for d in dark])
+        stroke_darkness.append(float(on.mean()))
+    assert max(stroke_darkness) - min(stroke_darkness) > 0.25, stroke_darkness
+    assert len(styles) >= 5, styles
+
+
+def test_varied_pencils_stay_nameable_and_span_each_colour():
+    def hue(rgb):
+        return int(cv2.cvtColor(np.uint8([[rgb]]), cv2.COLOR_RGB2HSV_FULL)[0, 0, 0]) * 360 / 256
+
+    draws = [varied_pencils(np.random.default_rng(k)) for k in range(200)]
+    hues = {c: np.array([hue(p[c]) for p, _ in draws]) for c in PENCIL_COLOURS}
+    # within what a person still names that colour (red and purple wrap round 0/360)
+    assert ((hues["orange"] > 10) & (hues["orange"] < 53)).all()
+    assert ((hues["blue"] > 185) & (hues["blue"] < 255)).all()
+    assert ((hues["green"] > 70) & (hues["green"] < 185)).all()
+    assert ((hues["red"] > 320) | (hues["red"] < 12)).all()
+    assert ((hues["purple"] > 255) & (hues["purple"] < 325)).all()
+    # and wide within it: yellow-orange to red-orange, cyan to ultramarine, yellow-green to teal
+    assert np.ptp(hues["orange"]) > 15 and np.ptp(hues["blue"]) > 30 and np.ptp(hues["green"]) > 40
+    grey = [p["graphite"][0] for p, _ in draws]
+    assert min(grey) < 70 and max(grey) > 145  # 4B to 2H
+    st = [s["orange"]["strength"] for _, s in draws]
+    assert min(st) < 0.55 and max(st) > 0.9
+
+
+def test_varied_erased_ghosts_stay_faint_and_written_numbers_show(reefs):
+    dpi = 80.0
+    s = dpi / 25.4
+    empty = {r.id: "empty" for r in reefs.readable_regions()}
+    blank, painted, _ = _varied_paint(reefs, empty, 3, dpi, erase_rate=1.0)
+    dark = [_region_darkness(painted, blank, r, s) for r in reefs.readable_regions()
+            if r.shape.type != "segment" and r.kind != "connection"]
+    assert max(float(d.mean()) for d in dark) < 0.1  # a ghost, never a mark
+    assert np.mean([float(d.mean()) > 0.004 for d in dark]) > 0.8  # but there
+    written = {r.id: "written" for r in reefs.readable_regions() if "written" in r.marks}
+    for seed in range(4):
+        blank, painted, hand = _varied_paint(reefs, written, seed, dpi, write_pressure=0.25)
+        for r in reefs.readable_regions():
+            if r.id in written:
+                d = _region_darkness(painted, blank, r, s)
+                assert np.sort(d)[-15:].mean() > 0.15, f"seed {seed}: number in {r.id} invisible"
+
+
+def test_make_corpus_varied_painter(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_corpus", path)
+    mc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mc)
+    assert mc.main(["--out", str(tmp_path), "--count", "1", "--seed", "99000", "--workers", "1",
+                    "--painter", "varied", "--set", "output_long_side=400"]) == 0
+    truth = json.loads(next(tmp_path.glob("*.truth.json")).read_text())
+    assert truth["painter"] == "varied" and truth["conditions"]["painter"] == "varied"
+    assert truth["conditions"]["hand"]["cross_style"] in VARIED_CROSS_STYLES
+    assert mc.main(["--out", str(tmp_path), "--count", "1", "--painter", "varied",
+                    "--set", "hand.nonsense=1"]) == 2
