@@ -344,3 +344,33 @@ def test_a_shaded_band_cut_off_by_the_threshold_is_snapped_back_to_the_page_edge
     cut[2:, 1] -= 15  # a threshold stopped inside the shadow
     snapped = _snap_quad_edges(cut, white)
     assert np.abs(_order_quad(snapped) - page).max() < 2.0
+
+
+def test_photo_grey_handed_from_locate_to_rectify():
+    """locate hands its grey of the photo to rectify (one conversion per photo); the hand-over
+    must never give back the grey of another photo, and is used once."""
+    from vision._geom_render import photo_grey
+
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    want = cv2.cvtColor(a, cv2.COLOR_RGB2GRAY)
+    g = photo_grey(a, remember=True)
+    assert np.array_equal(g, want)
+    with pytest.raises(ValueError, match="read-only"):
+        g[0, 0] = 0  # shared between the stages: nobody may draw on it
+    b = a.copy()  # equal pixels, another photo: converted anew (and the hand-over dropped)
+    gb = photo_grey(b)
+    assert gb is not g and np.array_equal(gb, want)
+    assert photo_grey(a) is not g  # dropped by the call for the other photo
+    g = photo_grey(a, remember=True)
+    assert photo_grey(a) is g  # the same photo: taken over ...
+    assert photo_grey(a) is not g  # ... once
+    photo_grey(a, remember=True)
+    a[::7, ::5] = 255 - a[::7, ::5]  # changed in place (probed pixels among them): anew
+    assert np.array_equal(photo_grey(a), cv2.cvtColor(a, cv2.COLOR_RGB2GRAY))
+    strided = a[:, ::2]  # not contiguous: never remembered
+    assert np.array_equal(photo_grey(strided, remember=True),
+                          cv2.cvtColor(strided, cv2.COLOR_RGB2GRAY))
+    gs = photo_grey(strided)
+    assert np.array_equal(gs, cv2.cvtColor(strided, cv2.COLOR_RGB2GRAY))
+    assert photo_grey(want) is want  # already grey

@@ -8,6 +8,7 @@ centres (centre of pixel (i, j) at (j, i)), so every warp here converts with a h
 from __future__ import annotations
 
 import threading
+import weakref
 
 import cv2
 import numpy as np
@@ -17,6 +18,48 @@ from calibration.template import Template
 MM_PER_INCH = 25.4
 _HALF = np.array([[1, 0, 0.5], [0, 1, 0.5], [0, 0, 1]], float)     # index -> px
 _MHALF = np.array([[1, 0, -0.5], [0, 1, -0.5], [0, 0, 1]], float)  # px -> index
+
+
+_grey_memo = threading.local()
+#: Flat indices of the pixels :func:`photo_grey` compares to notice an image changed in place.
+_PROBES = 61
+
+
+def _probe(a: np.ndarray) -> bytes:
+    flat = a.reshape(-1)
+    return flat[np.linspace(0, flat.size - 1, _PROBES).astype(np.int64)].tobytes()
+
+
+def photo_grey(image: np.ndarray, *, remember: bool = False) -> np.ndarray:
+    """``image`` (RGB uint8) as grey (``cv2.COLOR_RGB2GRAY``), read-only.
+
+    Why: locate and rectify both need the decoded photo's grey, and converting a 3 MP photo
+    costs ~1.5 ms. ``remember=True`` (locate) converts afresh and keeps the result for this
+    thread; the next call without it (rectify, on the same photo) takes it and forgets it. The
+    hand-over holds only a weak reference to the image and is checked by identity, data
+    pointer, shape and a sample of pixels, so another photo is converted anew; a photo
+    changed in place between locating and rectifying it is not supported (the location would
+    be stale as well). A grey (2-D) image is returned as it is.
+    """
+    if image.ndim == 2:
+        return image
+    if not remember:
+        memo = getattr(_grey_memo, "last", None)
+        _grey_memo.last = None
+        if memo is not None and image.flags.c_contiguous:
+            ref, mkey, probe, g = memo
+            if ref() is image and mkey == _key(image) and probe == _probe(image):
+                return g
+    g = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+    g.flags.writeable = False  # shared by the stages: nobody may draw on it
+    if remember:  # (not a strided image: the probe would copy it)
+        _grey_memo.last = ((weakref.ref(image), _key(image), _probe(image), g)
+                           if image.flags.c_contiguous else None)
+    return g
+
+
+def _key(a: np.ndarray) -> tuple:
+    return a.__array_interface__["data"][0], a.shape, a.strides
 
 
 def scale_matrix(k: float) -> np.ndarray:

@@ -192,7 +192,7 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     # against the block's threshold, repeated over its pixels.
     thr = np.clip(np.ceil((1 - reject) * s1), 0, 255).astype(np.uint8)
     thr_full = cv2.resize(thr, (wc, hc), interpolation=cv2.INTER_NEAREST)
-    keep = cv2.compare(grey, thr_full, cv2.CMP_GE) & m  # 0/1
+    keep = cv2.bitwise_and(cv2.compare(grey, thr_full, cv2.CMP_GE), m)  # 0/1
     cnt2 = _block_sums(keep, block)
     sums = _block_sums(cv2.bitwise_and(img, img, mask=keep), block)
     ok = cnt2 >= min_paper * area

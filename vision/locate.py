@@ -57,8 +57,9 @@ import numpy as np
 from calibration.template import Template, all_templates, get_template
 from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
                                UnknownTemplateError)
-from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h, project,
-                                 reference_render, scale_matrix, warp_to_frame)
+from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
+                                 photo_grey, project, reference_render, scale_matrix,
+                                 warp_to_frame)
 
 __all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
            "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
@@ -1716,7 +1717,7 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     """
     a = _check_image(image)
     cands = _candidates(template_id, templates)
-    grey = _grey(a)
+    grey = photo_grey(a, remember=True)  # rectify measures on the same grey
     details: dict = {}
     found: dict[int, np.ndarray] = {}
     small = _detect_image(grey)

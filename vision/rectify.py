@@ -44,7 +44,7 @@ import cv2
 import numpy as np
 
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
-                                 paper_level, project, reference_render)
+                                 paper_level, photo_grey, project, reference_render)
 from vision.locate import SheetLocation
 
 __all__ = ["RectifiedSheet", "rectify_sheet", "prepare", "measure_alignment", "frame_position"]
@@ -168,12 +168,17 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
     patches = rt.patches
     pc = cv2.phaseCorrelate
     est = [pc(patches[n], tiles[i]) for i, n in enumerate(sel)]
-    for n, ((dx, dy), resp) in zip(sel, est):
-        if resp < min_response or abs(dx) > max_shift or abs(dy) > max_shift:
-            continue
-        r, c = rt.rc[n]
-        shifts[r, c] = (dx, dy)
-        weight[r, c] = resp * min(1.0, rt.iso[n] * 4)
+    if not est:
+        return shifts, weight, (rt.cy, rt.cx)
+    # the verdicts for all tiles at once (the same float64 arithmetic as per tile)
+    d = np.array([e[0] for e in est], np.float64).reshape(-1, 2)
+    resp = np.array([e[1] for e in est], np.float64)
+    # (written as the negated rejections, so that a NaN estimate is kept as before)
+    keep = ~((resp < min_response) | (np.abs(d[:, 0]) > max_shift) | (np.abs(d[:, 1]) > max_shift))
+    n = sel[keep]
+    r, c = rt.rc[n, 0], rt.rc[n, 1]
+    shifts[r, c] = d[keep]
+    weight[r, c] = resp[keep] * np.minimum(1.0, rt.iso[n] * 4)
     return shifts, weight, (rt.cy, rt.cx)
 
 
@@ -531,7 +536,7 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
 
     markers = bool(location.details.get("markers_printed", True))
     # measure on colour (see achromatic_ink) or grey
-    src_m = a if ACHROMATIC else _grey(a)
+    src_m = a if ACHROMATIC else photo_grey(a)  # the grey locate made of this photo
     pyramid = [src_m]
     white = (255, 255, 255) if src_m.ndim == 3 else 255
     dpi_f = _measure_dpi(dpi, ratio)  # the photo's own resolution, at most 60 dpi
