@@ -427,14 +427,15 @@ def build_report(template: Template, reads: Mapping[str, RegionRead], *,
 
     audit = engine.audit(engine.state_from_marks(template, marks))
     verdict0 = base_verdict(audit)
+    keys0 = _finding_keys(audit)
 
     def changes_of(a: Audit) -> tuple[str, ...]:
         return tuple(name for name, moved in (
             ("total", a.rules.total != audit.rules.total),
             ("claimed", a.claimed.total != audit.claimed.total),
             ("verdict", base_verdict(a) is not verdict0),
-            # the explanation: a broken rule that would come or go
-            ("findings", _finding_keys(a) != _finding_keys(audit))) if moved)
+            # the explanation: a finding that would come or go
+            ("findings", _finding_keys(a) != keys0)) if moved)
 
     uncertain: list[Uncertain] = []
     broken = _distinct(f for f in audit.findings if f.severity is not Severity.NOTE)
