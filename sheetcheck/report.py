@@ -753,9 +753,10 @@ def _reefs_targeted(template, marks, finding, options):
             if cid in options and (cid in cost or marks.get(cid) == colour)}
     near |= {e for e, s in lay.entries.items() if s in spaces and e in options}
 
+    touched = {s for e in edges for s in lay.conns[e][:2]}
+    # the pieces, and the route's own entry point when no piece reaches it
     targets = _pieces(lay, edges) + [{lay.entries[e]} for e in own_entries
-                                     if lay.entries[e] not in spaces - {lay.entries[e]}
-                                     and not any(lay.entries[e] in lay.conns[x][:2] for x in edges)]
+                                     if lay.entries[e] not in touched]
     proposals = []
     if own_entries:
         join = _reefs_join(lay, targets, edges, cost)
@@ -870,7 +871,10 @@ def format_text(report: Report) -> str:
         out += ["", "review these regions (the most doubtful first)"]
         # (a person may stop early: the least sure readings are the likeliest to be wrong)
         for u in sorted(report.review, key=lambda u: (u.confidence, u.region)):
+            # (when neither total moves, say what does: the findings, or the verdict)
             alts = "; ".join(f"if {a.mark}: rules {a.rules_total}, claimed {a.claimed_total}"
+                             + ("" if {"total", "claimed"} & set(a.changes)
+                                else f" ({' and '.join(a.changes)} change)")
                              for a in u.alternatives if a.changes)
             if not alts:
                 alts = u.reason     # together with others / evidence / a search cut off

@@ -381,6 +381,8 @@ def test_one_of_two_broken_routes_repaired_is_a_finding_that_goes():
     for u in r.review:
         assert [a.changes for a in u.alternatives] == [("findings",)]
         assert u.reason.startswith(f"if {gaps[u.region]}: it would change findings")
+        assert (f"{u.region}: read empty (93.0 %); if {gaps[u.region]}: rules {r.rules_total}, "
+                f"claimed {r.claimed_total} (findings change)") in format_text(r)
     assert build_report(t, reads, fixes=gaps).verdict is Verdict.OK
 
 
