@@ -343,6 +343,34 @@ def test_two_gaps_that_only_together_join_a_route_are_both_reviewed():
     assert r.verdict is Verdict.DISCREPANCY and r.review == () and r.search["cut_off"] == []
 
 
+def test_an_entry_point_and_the_first_connection_misread_together_are_reviewed():
+    """A route whose entry point and first connection were both read empty: it starts nowhere,
+    and colouring either alone still leaves it starting nowhere. The map proposes colouring the
+    entry point and joining it to the route; the entry point's best alternative is a harmless
+    decoy (crossed out), so only that proposal finds the pair."""
+    from scoring import reefs
+    t, e, st = _game("reefs-1", 3)
+    marks, lay = e.state_to_marks(st), reefs.layout_of(t)
+    for c, route in reefs.analyse(st).routes.items():
+        ent, conn = route.entries[0], lay.conn_by_pair[frozenset(route.trail[:2])]
+        read = {**marks, ent: "empty", conn: "empty"}
+        base = _key(e.audit(e.state_from_marks(t, read)))
+        same = lambda **alt: _key(e.audit(e.state_from_marks(t, {**read, **alt}))) == base
+        if same(**{ent: c}) and same(**{conn: c}) and same(**{ent: "crossed"}) \
+                and same(**{ent: "crossed", conn: c}):
+            break
+    else:
+        raise AssertionError("no such route on this sheet: choose another seed")
+    reads = {**_reads(read), ent: RegionRead("empty", 0.93, True, (("crossed", 0.05), (c, 0.04))),
+             conn: RegionRead("empty", 0.93, True, ((c, 0.06),))}
+    r = build_report(t, reads)
+    assert [f.rule for f in r.rule_findings] == ["reefs.start_at_entry"]
+    assert r.verdict is Verdict.NEEDS_REVIEW and {u.region for u in r.review} == {ent, conn}
+    u = next(u for u in r.review if u.region == ent)
+    assert dict(u.together_with) == {ent: c, conn: c}
+    assert u.reason.endswith(f"(the {c} route would start at entry point {ent})")
+
+
 def test_a_search_cut_off_by_its_bound_says_so_and_reviews_its_regions(monkeypatch):
     import sheetcheck.report as report
     t, e, marks, c, e1, e2, decoy = _two_edge_gap()
