@@ -209,7 +209,7 @@ def test_bad_painter_and_bad_heldout_conditions_are_clear_errors():
     t = get_template("crypts-1")
     with pytest.raises(SimulatorError, match=r"unknown painter 'picasso'"):
         simulate_photo(t, {}, seed=1, painter="picasso")
-    assert PAINTERS == ("default", "heldout")
+    assert PAINTERS == ("default", "heldout", "varied")  # varied: the training-only painter
     with pytest.raises(SimulatorError, match=r"pencil_brand 'staedtler' is not a held-out set"):
         simulate_photo(t, {}, seed=1, painter="heldout", overrides={"pencil_brand": "staedtler"})
     with pytest.raises(SimulatorError, match=r"hand.style must be one of circles"):
