@@ -205,10 +205,9 @@ def _panel(report: Report, *, height: int, k: float) -> Image.Image:
         for i, u in enumerate(report.review, 1):
             alts = "; ".join(f"if {x.mark}: rules {x.rules_total}, claimed {x.claimed_total}"
                              for x in u.alternatives if x.changes)
-            if u.together and not alts:
-                alts = "matters together with the other R regions"
-            if u.evidence_for and not alts:
-                alts = f"unreadable, yet evidence for {', '.join(u.evidence_for)}"
+            if not alts:    # matters together with others, as evidence, or a search cut off
+                alts = u.reason or (f"unreadable, yet evidence for {', '.join(u.evidence_for)}"
+                                    if u.evidence_for else "matters together with other regions")
             rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({percent(u.confidence)}); {alts}",
                          REVIEW_RGB))
     if report.corrections:

@@ -111,10 +111,11 @@ def _sheet(r: dict, out: Path) -> str:
                 f"<li>{_e(u['region'])}: read {_e(u['read'])} ({percent(u['confidence'])}); "
                 + "; ".join(f"if {_e(x['mark'])}: rules {x['rules_total']}, claimed {x['claimed_total']}"
                             for x in u["alternatives"] if x["changes"])
-                + (f"together with the others it changes {_e(', '.join(u.get('together', [])))}"
-                   if u.get("together") else "")
-                + (f"could not be read, yet it is evidence for {_e(', '.join(u['evidence_for']))}"
-                   if u.get("evidence_for") else "") + "</li>"
+                + ("" if any(x["changes"] for x in u["alternatives"]) else _e(u.get("reason") or (
+                    f"together with the others it changes {', '.join(u.get('together', []))}"
+                    if u.get("together") else
+                    f"could not be read, yet it is evidence for {', '.join(u['evidence_for'])}"
+                    if u.get("evidence_for") else ""))) + "</li>"
                 for u in rep["review"]) + "</ul>")
         if rep["uncertain_did_not_matter"]:
             mid.append("<p class=muted>uncertain but did not matter: " + _e(", ".join(

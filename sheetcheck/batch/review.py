@@ -25,6 +25,7 @@ def _review_view(u: dict) -> dict:
     return {"region": u["region"], "read": u["read"], "confidence": u["confidence"],
             "together": list(u.get("together") or []),
             "evidence_for": list(u.get("evidence_for") or []),
+            "reason": u.get("reason") or "",
             "alternatives": [{"mark": a["mark"], "rules_total": a["rules_total"],
                               "claimed_total": a["claimed_total"], "verdict": a["verdict"],
                               "changes": a["changes"]}
@@ -93,7 +94,9 @@ def _review_line(u: dict) -> str:
         why.append(f"together with other doubtful regions it changes {', '.join(u['together'])}")
     if u["evidence_for"]:
         why.append(f"unreadable evidence for {', '.join(u['evidence_for'])}")
-    text = "; ".join(x for x in (alts, *why) if x)
+    # the report's own reason says it best when no single re-read explains it (a joint reading,
+    # a search cut off at its bound); reports stored before it was added have none
+    text = alts or u.get("reason") or "; ".join(why)
     return f"{u['region']:<24} read {u['read']} ({percent(u['confidence'])})" + (f"  {text}" if text else "")
 
 
