@@ -60,9 +60,10 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="difficulty preset for the camera and the pencils (default typical)")
     s.add_argument("--count", type=int, default=1, help="how many photos (seeds seed..seed+count-1)")
     s.add_argument("--no-markers", action="store_true", help="photograph a sheet printed without markers")
-    s.add_argument("--painter", choices=["default", "heldout"], default="default",
-                   help="who colours the sheet: the default painter, or the held-out painter and "
-                        "pencil sets kept for out-of-sample evaluation (docs/EVALUATION.md)")
+    s.add_argument("--painter", choices=["default", "heldout", "varied"], default="default",
+                   help="who colours the sheet: the default painter, the held-out painter and "
+                        "pencil sets kept for out-of-sample evaluation (docs/EVALUATION.md), or "
+                        "the varied training painter (docs/SIMULATOR.md)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="fix one camera/pencil condition (repeatable), e.g. --set rotation_deg=180")
     s.add_argument("--out", required=True, help="output folder")
