@@ -40,6 +40,10 @@ sys.path.insert(0, str(ROOT))
 from vision.learned import DOUBT_LEVEL, MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
 from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 
+#: Painters whose photos may be trained on: the main painter and the domain-randomised varied
+#: painter (``sheetcheck/simulator``). The held-out painter is for validation only.
+TRAIN_PAINTERS = ("default", "varied")
+
 
 def load_sets(paths: list[str]) -> dict:
     parts = [dict(np.load(p, allow_pickle=False)) for p in paths]
@@ -237,19 +241,25 @@ def main(argv=None) -> int:
                     help="do not let the model see the hand reader's probabilities")
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dump", help="also save the rows the rule is chosen on (.npz, for what-if studies)")
+    ap.add_argument("--lopo", action="store_true",
+                    help="choose the rule also on leave-one-painter-out readings of the "
+                         "calibration photos (needs two training painters)")
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
 
     tr = load_sets(args.train)
-    if np.any(tr["painter"] != "default"):
-        sys.exit("training data must come from the default painter only (the held-out painter "
-                 "is for validation)")
+    bad = sorted(set(tr["painter"].tolist()) - set(TRAIN_PAINTERS))
+    if bad:
+        sys.exit(f"training data holds photos of the painter(s) {bad}: only {list(TRAIN_PAINTERS)} "
+                 "may be trained on (the held-out painter is for validation only)")
     rng = np.random.default_rng(args.seed)
     n_ph = len(tr["photos"])
     calib_ph = rng.random(n_ph) < args.calib_share
     cal = calib_ph[tr["photo"]]
     fit = ~cal
     X, y = tr["X"], tr["y"].astype(int)
+    painters = sorted(set(tr["painter"].tolist()))
     if args.independent:
         # The learned reader does not see the hand reader's opinion (its probabilities and
         # confidence): the two readers then err more independently, which is what makes their
@@ -260,14 +270,17 @@ def main(argv=None) -> int:
         X[:, hand_cols] = 0.0
     print(f"train: {fit.sum()} regions / {(~calib_ph).sum()} photos; calibration: {cal.sum()} / "
           f"{calib_ph.sum()}", file=sys.stderr)
-    if args.kind == "gbdt":
+    def fit_gbdt(rows):
         from sklearn.ensemble import HistGradientBoostingClassifier
-        clf = HistGradientBoostingClassifier(
+        m = HistGradientBoostingClassifier(
             max_iter=args.iters, learning_rate=args.lr, max_leaf_nodes=args.leaves,
             min_samples_leaf=args.min_leaf, l2_regularization=args.l2, early_stopping=False,
             random_state=args.seed)
-        clf.fit(X[fit], y[fit])
+        m.fit(X[rows], y[rows])
+        return m
 
+    if args.kind == "gbdt":
+        clf = fit_gbdt(fit)
         body = export_gbdt(clf)
     else:
         from sklearn.neural_network import MLPClassifier
@@ -314,12 +327,64 @@ def main(argv=None) -> int:
     pc = masked_proba(raw_cal, tr["allowed"][cal], best_T)
     calset = {k: (v[cal] if isinstance(v, np.ndarray) and len(v) == len(y) else v) for k, v in tr.items()}
     calset["skipped"] = []
-    rule, how = choose_rule(pc, tr["hand_mark"][cal], hand_conf(tr)[cal], tr["photo_conf"][cal], yc,
-                            doubt_per_row(pc, tr["photo"][cal]),
+    # The rule is chosen on the calibration photos, read by the model (painters it was fitted
+    # on, photos it was not) and, with --lopo, also read as if by a painter never seen: for
+    # each training painter, a model fitted on the other painters' fitting photos reads this
+    # painter's calibration photos. A rule must leave no confident error on either.
+    rows = {"p": [pc], "hand": [tr["hand_mark"][cal]], "c_h": [hand_conf(tr)[cal]],
+            "pconf": [tr["photo_conf"][cal]], "y": [yc], "doubt": [doubt_per_row(pc, tr["photo"][cal])]}
+    lopo = {}
+    if args.lopo:
+        if args.kind != "gbdt" or len(painters) < 2:
+            sys.exit("--lopo needs --kind gbdt and training data of at least two painters")
+        for held in painters:
+            other_fit = fit & (tr["painter"] != held)
+            here = cal & (tr["painter"] == held)
+            m = fit_gbdt(other_fit)
+            r = model_from_dict({**doc, "gbdt": export_gbdt(m)}, source=f"<lopo {held}>")
+            raw = r.raw_scores(X[here])
+            # its own temperature, on the rows it reads (a calibrated reading, as the final one)
+            T_h, nll_h = 1.0, np.inf
+            for T in np.exp(np.linspace(np.log(0.3), np.log(5.0), 60)):
+                pp = masked_proba(raw, tr["allowed"][here], T)
+                nll = -np.mean(np.log(np.maximum(pp[np.arange(here.sum()), y[here]], 1e-12)))
+                if nll < nll_h:
+                    T_h, nll_h = float(T), float(nll)
+            pp = masked_proba(raw, tr["allowed"][here], T_h)
+            rows["p"].append(pp)
+            rows["hand"].append(tr["hand_mark"][here])
+            rows["c_h"].append(hand_conf(tr)[here])
+            rows["pconf"].append(tr["photo_conf"][here])
+            rows["y"].append(y[here])
+            # (photo indices of this painter's photos stay distinct from the others')
+            rows["doubt"].append(doubt_per_row(pp, tr["photo"][here]))
+            sub = {k: (v[here] if isinstance(v, np.ndarray) and len(v) == len(y) else v)
+                   for k, v in tr.items()}
+            sub["skipped"] = []
+            lopo[held] = {"fitted_on": [q for q in painters if q != held], "temperature": round(T_h, 4),
+                          "rows": int(here.sum()), "pred": pp, "set": sub}
+            print(f"leave-one-painter-out: {held} read by a model of {lopo[held]['fitted_on']}: "
+                  f"accuracy {np.mean(pp.argmax(axis=1) == y[here]):.4f}, T {T_h:.3f}", file=sys.stderr)
+    cat = {k: np.concatenate(v) for k, v in rows.items()}
+    if args.dump:
+        # the rows the rule is chosen on (what-if studies of other rules without refitting)
+        src = np.concatenate([np.full(len(v), i) for i, v in enumerate(rows["y"])])
+        np.savez_compressed(args.dump, **cat, source=src,
+                            sources=np.asarray(["calibration"] + [f"lopo_{h}" for h in lopo]))
+    rule, how = choose_rule(cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"],
                             margin=args.margin, photo_gate=args.photo_gate)
     print(f"temperature {best_T:.3f} (calibration log-loss {best_nll:.4f}); rule {rule} {how}",
           file=sys.stderr)
     validation = {"calibration_split": summarise(calset, pc, rule)}
+    for held, v in lopo.items():
+        validation[f"lopo_{held}"] = {"fitted_on": v["fitted_on"], "temperature": v["temperature"],
+                                      **summarise(v["set"], v["pred"], rule)}
+    for pn in painters:
+        sel = calset["painter"] == pn
+        if sel.any() and len(painters) > 1:
+            sub = {k: (v[sel] if isinstance(v, np.ndarray) and len(v) == len(sel) else v)
+                   for k, v in calset.items()}
+            validation[f"calibration_split_{pn}"] = summarise(sub, pc[sel], rule)
     for vp in args.val:
         vd = load_sets([vp])
         pv = masked_proba(reader.raw_scores(vd["X"]), vd["allowed"], best_T)
@@ -341,7 +406,7 @@ def main(argv=None) -> int:
                      "seed_range": [int(tr["seeds"].min()), int(tr["seeds"].max())],
                      "photos": int(n_ph), "regions": int(len(y)),
                      "calibration_photos": int(calib_ph.sum()), "split_seed": args.seed,
-                     "margin": args.margin,
+                     "margin": args.margin, "painters": painters, "lopo": bool(args.lopo),
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
                                 "min_leaf": args.min_leaf, "l2": args.l2,
                                 "independent": args.independent} if args.kind == "gbdt"
