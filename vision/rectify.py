@@ -627,6 +627,10 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
             dq = field_f.at(q)
             return dq + disp_c(q + dq)
     # --- check: measure again through the final map (every other tile) ---
+    # (~8 ms of a 12 MP photo's ~30. Replacing it on flat pages by what the fitted field leaves
+    # unexplained on the fine tiles kept the picture bit-identical but not this residual, a
+    # reader feature: median |difference| 0.02 px, up to 0.8; dev seed 30000 x60: 150 review
+    # flags flipped; hard dev x150: confident errors 0 -> 1, accuracy 93.33 -> 93.29 %.)
     s2, w2, _ = measure_pass(dpi_f, fine_tile, fine_tile, disp, 0.4 * MAX_SHIFT_MM * kf, every=2)
     after = _median_misalignment(s2, w2)
     plain = info["residual_px_before"]
