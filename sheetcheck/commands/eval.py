@@ -8,7 +8,9 @@ sheet found, cut off ...) counts all its regions as wrong but flagged, and is li
 Reported: region accuracy overall, per region kind, per colour (a confusion matrix truth x
 read), per preset, per markers/no-markers; share of sheets read with no error; share of
 regions and of sheets flagged for review; confident errors (wrong and not flagged), listed;
-timings per stage and the total over decode ratio.
+timings per stage and the total over decode ratio; and the figures per photo condition
+(``by_condition``: light, blur and resolution, geometry, camera, hand and pencils, binned from
+the truth's ``conditions``, see :data:`CONDITIONS`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import statistics
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from sheetcheck.errors import InputFileError
@@ -77,6 +80,279 @@ class _Acc:
                 "total": self.n}
 
 
+# --------------------------------------------------------------------------------------------
+# Accuracy per photo condition: which photos the reader fails on ("under shadows", "below
+# 6 px/mm"). Every condition is a property of the whole photo (the simulator draws it once per
+# photo), so a photo falls in exactly one bin of each condition and every condition's bins add
+# up to the overall totals. The bins are documented in docs/EVALUATION.md ("Accuracy per photo
+# condition"); a condition whose key a truth file lacks (older tools, another painter) is
+# "unknown", never guessed.
+# --------------------------------------------------------------------------------------------
+
+UNKNOWN = "unknown"
+
+#: Effective noise is judged at the paper's level in linear light: the simulator's sensor
+#: noise is sigma^2 = shot * signal + read^2, and paper under normal exposure is ~0.8.
+NOISE_SIGNAL = 0.8
+
+
+def _num(v) -> float | None:
+    """``v`` as a finite float, or None (missing, text, bool, NaN)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def _edges(v: float | None, edges: tuple[float, ...], labels: tuple[str, ...]) -> str:
+    """The label of the half-open bin ``[edges[k-1], edges[k])`` that ``v`` falls in."""
+    if v is None:
+        return UNKNOWN
+    for e, lab in zip(edges, labels):
+        if v < e:
+            return lab
+    return labels[-1]
+
+
+def _none_or(v: float | None, edges: tuple[float, ...], labels: tuple[str, ...], *,
+             none: str = "none") -> str:
+    """``none`` when ``v`` is 0 (the condition is absent from the photo), else its bin."""
+    if v is None:
+        return UNKNOWN
+    return none if v <= 0 else _edges(v, edges, labels)
+
+
+def _colour_temp(v: float | None) -> str:
+    # warm below 4000 K as eval's hard pairs under warm light; cool above daylight's 6500 K
+    if v is None:
+        return UNKNOWN
+    return "warm <4000 K" if v < 4000 else "cool >6500 K" if v > 6500 else "neutral 4000-6500 K"
+
+
+def _cat(v) -> str:
+    """A categorical condition (curl type, brand, style ...) as its own name."""
+    if isinstance(v, str) and v:
+        return v
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return UNKNOWN
+
+
+def page_px_per_mm(truth: Mapping, page_mm: tuple[float, float] | None) -> float | None:
+    """The page's mean resolution in the photo, px per mm of the printed page.
+
+    From the truth's ``page_corners_px`` (through the full camera model: tilt, lens, curl) and
+    the template's page size: ``sqrt(area of the page quad in px^2 / page area in mm^2)``. A
+    tilted page is finer at its near edge and coarser at its far edge; this is their mean.
+
+    Parameters
+    ----------
+    truth : mapping
+        A ``sheetcheck.truth/1`` document.
+    page_mm : (width, height) or None
+        The template's page size in mm (None: unknown template).
+
+    Returns
+    -------
+    float or None
+        None when the corners or the page size are missing or malformed.
+    """
+    q = truth.get("page_corners_px")
+    if page_mm is None or not isinstance(q, list) or len(q) != 4:
+        return None
+    try:
+        pts = [(float(p[0]), float(p[1])) for p in q]
+    except (TypeError, ValueError, IndexError):
+        return None
+    # shoelace area of the quad (corners in order round the page)
+    area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(pts, pts[1:] + pts[:1])))
+    page_area = float(page_mm[0]) * float(page_mm[1])
+    if not area > 0 or not page_area > 0:
+        return None
+    return (area / page_area) ** 0.5
+
+
+def _hand(cond: Mapping) -> Mapping:
+    h = cond.get("hand")
+    return h if isinstance(h, Mapping) else {}
+
+
+def _blur_px(cond: Mapping) -> float | None:
+    parts = [_num(cond.get(k)) for k in ("defocus_px", "motion_px", "dof_blur_px")]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
+def _noise(cond: Mapping) -> float | None:
+    shot, read = _num(cond.get("shot_noise")), _num(cond.get("read_noise"))
+    if shot is None or read is None or shot < 0:
+        return None
+    return (shot * NOISE_SIGNAL + read * read) ** 0.5
+
+
+def _painter(cond: Mapping, truth: Mapping) -> str:
+    p = cond.get("painter") or truth.get("painter") or _hand(cond).get("painter")
+    if p is None and cond:
+        # the simulator records the painter only when it is not the default one
+        # (docs/SIMULATOR.md: "absent means default"); no conditions at all: not simulated
+        return "default"
+    return _cat(p)
+
+
+def _swatches(marks: Mapping) -> str:
+    sw = [m for rid, m in marks.items() if str(rid).startswith("swatch.")]
+    if not sw:
+        return UNKNOWN
+    coloured = sum(1 for m in sw if m != "empty")
+    return "none" if coloured == 0 else "all" if coloured == len(sw) else "some"
+
+
+#: ``name: (group, binner, bin order)``, in report order. A binner takes ``(conditions, truth,
+#: px_per_mm)`` and returns the bin's label; the labels carry their edges and units, so the
+#: table reads without this file. Categorical conditions list their usual values first; other
+#: values (another painter's styles, brands) follow in name order, ``unknown`` last.
+CONDITIONS: dict[str, tuple[str, Callable, tuple[str, ...]]] = {
+    # light
+    "colour_temp": ("light", lambda c, t, r: _colour_temp(_num(c.get("colour_temp_k"))),
+                    ("warm <4000 K", "neutral 4000-6500 K", "cool >6500 K")),
+    "shadow": ("light", lambda c, t, r: _none_or(
+        _num(c.get("shadow")), (0.35,), ("light <0.35", "strong >=0.35")),
+        ("none", "light <0.35", "strong >=0.35")),
+    "glare": ("light", lambda c, t, r: _none_or(
+        _num(c.get("glare")), (0.3,), ("weak <0.3", "strong >=0.3")),
+        ("none", "weak <0.3", "strong >=0.3")),
+    "exposure": ("light", lambda c, t, r: _edges(
+        _num(c.get("exposure")), (0.8, 1.25), ("under <0.8", "normal 0.8-1.25", "over >=1.25")),
+        ("under <0.8", "normal 0.8-1.25", "over >=1.25")),
+    # sharpness and resolution
+    "blur_px": ("sharpness", lambda c, t, r: _edges(
+        _blur_px(c), (1, 2, 4), ("<1 px", "1-2 px", "2-4 px", ">=4 px")),
+        ("<1 px", "1-2 px", "2-4 px", ">=4 px")),
+    "blur_mm": ("sharpness", lambda c, t, r: _edges(
+        None if _blur_px(c) is None or r is None else _blur_px(c) / r, (0.2, 0.4, 0.8),
+        ("<0.2 mm", "0.2-0.4 mm", "0.4-0.8 mm", ">=0.8 mm")),
+        ("<0.2 mm", "0.2-0.4 mm", "0.4-0.8 mm", ">=0.8 mm")),
+    "px_per_mm": ("sharpness", lambda c, t, r: _edges(
+        r, (3, 4.5, 6, 8), ("<3 px/mm", "3-4.5 px/mm", "4.5-6 px/mm", "6-8 px/mm", ">=8 px/mm")),
+        ("<3 px/mm", "3-4.5 px/mm", "4.5-6 px/mm", "6-8 px/mm", ">=8 px/mm")),
+    # geometry
+    "curl": ("geometry", lambda c, t, r: _cat(c.get("curl_type")), ("none", "bend", "fold")),
+    "tilt": ("geometry", lambda c, t, r: _edges(
+        _num(c.get("tilt_deg")), (10, 20, 30), ("<10 deg", "10-20 deg", "20-30 deg", ">=30 deg")),
+        ("<10 deg", "10-20 deg", "20-30 deg", ">=30 deg")),
+    "cutoff": ("geometry", lambda c, t, r: _none_or(_num(c.get("cutoff")), (), ("yes",), none="no"),
+               ("no", "yes")),
+    # camera
+    "jpeg_quality": ("camera", lambda c, t, r: _edges(
+        _num(c.get("jpeg_quality")), (70, 85), ("<70", "70-84", ">=85")), ("<70", "70-84", ">=85")),
+    "recompressed": ("camera", lambda c, t, r: _none_or(
+        _num(c.get("prior_jpeg_quality")), (), ("yes",), none="no"), ("no", "yes")),
+    "noise": ("camera", lambda c, t, r: _edges(
+        _noise(c), (0.03, 0.05), ("low <0.03", "moderate 0.03-0.05", "high >=0.05")),
+        ("low <0.03", "moderate 0.03-0.05", "high >=0.05")),
+    "background": ("camera", lambda c, t, r: _cat((c.get("background") or {}).get("name")
+                                                   if isinstance(c.get("background"), Mapping) else None), ()),
+    # hand and pencils
+    "painter": ("hand", lambda c, t, r: _painter(c, t), ("default", "varied", "heldout")),
+    "pencil_brand": ("hand", lambda c, t, r: _cat(c.get("pencil_brand")), ()),
+    "pencil_medium": ("hand", lambda c, t, r: _cat(c.get("pencil_medium")), ()),
+    "pressure": ("hand", lambda c, t, r: _edges(
+        _num(_hand(c).get("pressure")), (0.5, 0.8), ("light <0.5", "medium 0.5-0.8", "heavy >=0.8")),
+        ("light <0.5", "medium 0.5-0.8", "heavy >=0.8")),
+    "fill_style": ("hand", lambda c, t, r: _cat(_hand(c).get("style")), ()),
+    "cross_style": ("hand", lambda c, t, r: _cat(_hand(c).get("cross_style")), ()),
+    "swatches": ("hand", lambda c, t, r: _swatches(t.get("marks") or {}), ("none", "some", "all")),
+}
+
+
+def condition_bins(truth: Mapping, *, page_mm: tuple[float, float] | None = None) -> dict[str, str]:
+    """The bin of every condition in :data:`CONDITIONS` for one photo's truth.
+
+    Parameters
+    ----------
+    truth : mapping
+        A ``sheetcheck.truth/1`` document; its ``conditions`` may lack keys or carry others
+        (other painters record other hands): a missing or malformed value gives ``"unknown"``.
+    page_mm : (width, height) or None
+        The template's page size in mm, for the page's resolution in the photo (``px_per_mm``,
+        ``blur_mm``); None makes those two ``"unknown"``.
+
+    Returns
+    -------
+    dict
+        ``{condition: bin label}`` for every condition, in report order.
+    """
+    cond = truth.get("conditions")
+    cond = cond if isinstance(cond, Mapping) else {}
+    ppm = page_px_per_mm(truth, page_mm)
+    return {name: binner(cond, truth, ppm) for name, (_, binner, _) in CONDITIONS.items()}
+
+
+def aggregate_conditions(photos: Iterable[Mapping]) -> dict[str, dict[str, dict]]:
+    """Figures per condition and bin, from per-photo counts.
+
+    Parameters
+    ----------
+    photos : iterable of mappings
+        One per photo: ``conditions`` (``{condition: bin}``, as :func:`condition_bins` gives),
+        ``regions``, ``correct``, ``flagged``, ``confident_errors`` (counts of its regions) and
+        ``failed`` (true when the reader could not read the photo; its regions then count as
+        wrong and flagged, as everywhere in eval).
+
+    Returns
+    -------
+    dict
+        ``{condition: {bin: {accuracy, correct, total, flagged_share, wrong, confident_errors,
+        sheets, photos_failed}}}``; only bins holding a photo appear, in :data:`CONDITIONS`'
+        order, then other values by name, ``unknown`` last.
+    """
+    acc: dict[str, dict[str, dict]] = {name: {} for name in CONDITIONS}
+    for ph in photos:
+        bins = ph.get("conditions") or {}
+        for name in acc:
+            b = acc[name].setdefault(str(bins.get(name, UNKNOWN)), {
+                "correct": 0, "total": 0, "flagged": 0, "confident_errors": 0, "sheets": 0,
+                "photos_failed": 0})
+            b["correct"] += int(ph["correct"])
+            b["total"] += int(ph["regions"])
+            b["flagged"] += int(ph["flagged"])
+            b["confident_errors"] += int(ph["confident_errors"])
+            b["sheets"] += 1
+            b["photos_failed"] += int(bool(ph.get("failed")))
+    out = {}
+    for name, bins in acc.items():
+        order = CONDITIONS[name][2] if name in CONDITIONS else ()
+        keys = sorted(bins, key=lambda k: (k == UNKNOWN, order.index(k) if k in order else len(order), k))
+        out[name] = {}
+        for k in keys:
+            b = bins[k]
+            n = b["total"]
+            out[name][k] = {
+                "accuracy": round(b["correct"] / n, 6) if n else None,
+                "correct": b["correct"], "total": n,
+                "flagged_share": round(b["flagged"] / n, 6) if n else None,
+                "wrong": n - b["correct"], "confident_errors": b["confident_errors"],
+                "sheets": b["sheets"], "photos_failed": b["photos_failed"]}
+    return out
+
+
+def format_conditions(by_condition: Mapping[str, Mapping[str, Mapping]]) -> list[str]:
+    """The compact per-condition table of the text report (one line per bin)."""
+    if not by_condition:
+        return []
+    wb = max((len(b) for bins in by_condition.values() for b in bins), default=8)
+    wc = max(len(c) for c in by_condition)
+    out = ["per condition (from the truth files' conditions; bins in docs/EVALUATION.md):",
+           f"  {'condition':<{wc}}  {'bin':<{wb}} {'regions':>8} {'accuracy':>9} {'flagged':>8} "
+           f"{'wrong':>6} {'conf.err':>8} {'sheets':>6} {'not read':>8}"]
+    for name, bins in by_condition.items():
+        for i, (b, v) in enumerate(bins.items()):
+            a = f"{100 * v['accuracy']:7.2f} %" if v["accuracy"] is not None else f"{'-':>9}"
+            f = f"{100 * v['flagged_share']:6.1f} %" if v["flagged_share"] is not None else f"{'-':>8}"
+            out.append(f"  {name if i == 0 else '':<{wc}}  {b:<{wb}} {v['total']:>8} {a} {f} "
+                       f"{v['wrong']:>6} {v['confident_errors']:>8} {v['sheets']:>6} {v['photos_failed']:>8}")
+    return out
+
+
 def evaluate(folder: str | Path, *, progress=None) -> dict:
     """Run the reader over a folder of photos with truth; return the figures (JSON-ready)."""
     from calibration.template import get_template
@@ -99,6 +375,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
     regions_total = 0
     conf_wrong: list[float] = []
     conf_right: list[float] = []
+    per_photo: list[dict] = []  # counts per photo, for the figures per photo condition
     # the hard pairs, overall and under warm light (colour temperature below 4000 K)
     hard = {"orange/red": ("orange", "red"), "blue/purple": ("blue", "purple")}
     pair_counts = {lt: {k: {"regions": 0, "confused": 0, "confused_confidently": 0} for k in hard}
@@ -108,6 +385,12 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
         preset = str(truth.get("preset", "?"))
         markers = "markers" if truth.get("markers", True) else "no_markers"
         marks = truth["marks"]
+        try:
+            truth_template = get_template(truth["template"])
+        except Exception:  # noqa: BLE001 - an unknown template in the truth: kinds, size unknown
+            truth_template = None
+        bins = condition_bins(truth, page_mm=(truth_template.width_mm, truth_template.height_mm)
+                              if truth_template is not None else None)
         reading, err = read_one(str(photo), template_id=None)
         sheet = {"photo": photo.name, "preset": preset, "markers": markers,
                  "template": truth.get("template")}
@@ -115,10 +398,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             code, message, _ = err
             failed.append({"photo": photo.name, "code": code, "message": message,
                            "preset": preset, "regions": len(marks)})
-            try:
-                kinds = {r.id: r.kind for r in get_template(truth["template"]).regions}
-            except Exception:  # noqa: BLE001 - an unknown template in the truth: kind unknown
-                kinds = {}
+            kinds = {r.id: r.kind for r in truth_template.regions} if truth_template is not None else {}
             for rid, t in marks.items():
                 for acc in (overall, by_kind[kinds.get(rid, "?")], by_preset[preset],
                             by_markers[markers], by_template[str(truth.get("template"))]):
@@ -127,12 +407,15 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
                 regions_total += 1
                 regions_flagged += 1
                 flagged_errors += 1
-            sheet.update({"error": code, "errors": len(marks), "flagged": len(marks)})
+            sheet.update({"error": code, "errors": len(marks), "flagged": len(marks),
+                          "regions": len(marks), "confident_errors": 0, "conditions": bins})
             sheets.append(sheet)
+            per_photo.append({"conditions": bins, "regions": len(marks), "correct": 0,
+                              "flagged": len(marks), "confident_errors": 0, "failed": True})
             if progress:
                 progress(k + 1, len(pairs), photo.name, f"FAILED {code}")
             continue
-        wrong = flagged = 0
+        wrong = flagged = confident = 0
         identified = reading.template.id == truth.get("template")
         ct = (truth.get("conditions") or {}).get("colour_temp_k")
         warm = isinstance(ct, (int, float)) and ct < 4000
@@ -167,12 +450,16 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
                 if review:
                     flagged_errors += 1
                 else:
+                    confident += 1
                     confident_errors.append({
                         "photo": photo.name, "region": rid, "truth": t, "read": got,
                         "confidence": round(float(r.confidence), 4) if r is not None else None,
                         "preset": preset, "markers": markers})
         sheet.update({"errors": wrong, "flagged": flagged, "located_by": reading.location.method,
-                      "identified": identified})
+                      "identified": identified, "regions": len(marks),
+                      "confident_errors": confident, "conditions": bins})
+        per_photo.append({"conditions": bins, "regions": len(marks), "correct": len(marks) - wrong,
+                          "flagged": flagged, "confident_errors": confident, "failed": False})
         if not identified:
             misidentified.append({"photo": photo.name, "truth": truth.get("template"),
                                   "read": reading.template.id,
@@ -235,6 +522,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             1 for e in confident_errors if e["read"] != "(missing)"),
         "timings_ms_median": med,
         "sheets": sheets,
+        "by_condition": aggregate_conditions(per_photo),
     }
 
 
@@ -294,6 +582,7 @@ def format_report(res: dict) -> str:
             f"{k} {v:.0f}" for k, v in tm.items() if k != "total_over_decode"))
         if "total_over_decode" in tm:
             out.append(f"median total / decode: {tm['total_over_decode']:.2f}")
+    out.extend(format_conditions(res.get("by_condition") or {}))
     return "\n".join(out)
 
 
