@@ -161,12 +161,12 @@ def folder(tmp_path_factory):
     """Two small simulated photos under known light, and one photo that cannot be read."""
     d = tmp_path_factory.mktemp("cond")
     truths = []
-    for k, (tid, over) in enumerate((
-            ("crypts-1", {"colour_temp_k": 3000.0, "shadow": 0.0, "glare": 0.0}),
-            ("reefs-1", {"colour_temp_k": 6000.0, "shadow": 0.4, "glare": 0.0}))):
+    for k, (tid, preset, over) in enumerate((
+            ("crypts-1", "easy", {"colour_temp_k": 3000.0, "shadow": 0.0, "glare": 0.0}),
+            ("reefs-1", "typical", {"colour_temp_k": 6000.0, "shadow": 0.4, "glare": 0.0}))):
         t = get_template(tid)
         ph = simulate_photo(t, random_marks(t, np.random.default_rng(70 + k)), seed=70 + k,
-                            preset="easy", overrides={"output_long_side": 1280, **over})
+                            preset=preset, overrides={"output_long_side": 1280, **over})
         (d / f"p{k}.jpg").write_bytes(ph.jpeg)
         (d / f"p{k}.truth.json").write_text(json.dumps(ph.truth))
         truths.append(ph.truth)
@@ -195,6 +195,15 @@ def test_eval_reports_accuracy_per_condition(folder, tmp_path, capsys):
         assert sum(v["confident_errors"] for v in bins.values()) == res["confident_errors"]["count"], name
         assert sum(round(v["flagged_share"] * v["total"]) for v in bins.values()) == \
             res["regions_flagged"]["count"], name
+    # within each preset: the same figures, split by the photos' presets
+    bp = res["by_condition_by_preset"]
+    assert set(bp) == {"easy", "typical"}
+    for name, bins in bc.items():
+        for b, v in bins.items():
+            parts = [bp[p][name][b] for p in bp if b in bp[p][name]]
+            for key in ("total", "correct", "wrong", "confident_errors", "sheets", "photos_failed"):
+                assert sum(x[key] for x in parts) == v[key], (name, b, key)
+    assert bp["typical"]["shadow"] == {"strong >=0.35": bc["shadow"]["strong >=0.35"]}
     # the overrides put the photos in their bins; the unread photo (p0's truth) lands with p0
     sheets = {s["photo"]: s for s in res["sheets"]}
     assert sheets["p0.jpg"]["conditions"]["colour_temp"] == "warm <4000 K"

@@ -523,6 +523,11 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
         "timings_ms_median": med,
         "sheets": sheets,
         "by_condition": aggregate_conditions(per_photo),
+        # the presets draw many conditions together (hard: warm light, shadows, steep tilts,
+        # small photos); within one preset a bin's figure is less confounded by the others
+        "by_condition_by_preset": {
+            p: aggregate_conditions(ph for ph, s in zip(per_photo, sheets) if s["preset"] == p)
+            for p in sorted({s["preset"] for s in sheets})},
     }
 
 
