@@ -169,7 +169,7 @@ def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
 
 def test_a_missing_model_is_an_error_not_a_quiet_fallback(tmp_path, monkeypatch):
     import vision.learned as L
-    monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v1.json")
+    monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v2.json")
     monkeypatch.setattr(L, "_cache", {})
     with pytest.raises(ReaderModelError, match="model .* is missing.*Reinstall sheetcheck"):
         L.default_model()
@@ -210,3 +210,29 @@ def test_a_model_made_for_an_earlier_feature_list_reads_its_own_columns(model_do
     np.testing.assert_allclose(small.raw_scores(own), want, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match=f"expected \\(N, {len(FEATURE_NAMES)}\\) features"):
         small.raw_scores(X[:, :5])
+
+
+def test_per_mark_thresholds_replace_the_global_ones_for_that_mark_only(model_doc):
+    # a clear colour is confident at 0.99; "empty" needs the learned reader at 0.9995
+    rule = DecisionRule(hand_min=0.97, learned_min=0.99, learned_alone=1.01, hand_floor=0.5,
+                        by_mark={"empty": {"hand_min": 0.97, "learned_min": 0.9995,
+                                           "learned_alone": 1.01, "hand_floor": 0.5}})
+    assert rule.thresholds("empty") == (0.97, 0.9995, 1.01, 0.5)
+    assert rule.thresholds("red") == (0.97, 0.99, 1.01, 0.5)
+    red = combine(_hand("red", 0.99, [("red", 0.99), ("orange", 0.01)]), _probs(red=0.995, orange=0.005),
+                  classes=MARKS, rule=rule, review_threshold=0.97)
+    assert not red.review
+    empty = combine(_hand("empty", 0.99, [("empty", 0.99), ("crossed", 0.01)]),
+                    _probs(empty=0.995, crossed=0.005), classes=MARKS, rule=rule, review_threshold=0.97)
+    assert empty.review and "low confidence" in empty.reason
+    assert not combine(_hand("empty", 0.99, [("empty", 0.99), ("crossed", 0.01)]),
+                       _probs(empty=0.9996, crossed=0.0004), classes=MARKS, rule=rule,
+                       review_threshold=0.97).review
+    # stored in the model file's decision, validated on load
+    doc = copy.deepcopy(model_doc)
+    doc["decision"]["by_mark"] = {"empty": {"hand_min": 0.97, "learned_min": 0.9995,
+                                            "learned_alone": 1.01, "hand_floor": 0.5}}
+    assert model_from_dict(doc).rule.thresholds("empty") == (0.97, 0.9995, 1.01, 0.5)
+    doc["decision"]["by_mark"] = {"smudge": {}, "red": {"hand_min": 2}}
+    with pytest.raises(ReaderModelError, match=r"(?s)unknown mark 'smudge'.*decision.by_mark.red: expected numbers"):
+        model_from_dict(doc)

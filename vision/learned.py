@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v1.json``, trained by ``scripts/train_reader.py``) maps
+The model (``calibration/models/reader-v2.json``, trained by ``scripts/train_reader.py``) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
 hand reader's probabilities, photo quality figures) to a probability for each mark in
 ``vision.marks.MARKS``. It is stored as plain JSON (gradient-boosted trees or a small
@@ -30,7 +30,7 @@ MODEL_FORMAT = "sheetcheck.reader-model/1"
 #: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
 DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
-DEFAULT_MODEL = MODEL_DIR / "reader-v1.json"
+DEFAULT_MODEL = MODEL_DIR / "reader-v2.json"
 
 
 class ReaderModelError(SheetcheckError):
@@ -62,6 +62,18 @@ class DecisionRule:
     hand_floor: float = 0.5
     photo_gate: float = 0.5
     photo_doubt_max: float = 1.0
+    #: Thresholds per mark read (mark -> {hand_min, learned_min, learned_alone, hand_floor}),
+    #: replacing the four above for readings of that mark: how sure the readers must be
+    #: differs by mark (a clear colour is rarely wrong, a clear "empty" may hide a faint
+    #: stroke). None: the same thresholds for every mark.
+    by_mark: Mapping[str, Mapping[str, float]] | None = None
+
+    def thresholds(self, mark: str) -> tuple[float, float, float, float]:
+        """(hand_min, learned_min, learned_alone, hand_floor) for a reading of ``mark``."""
+        t = (self.by_mark or {}).get(mark)
+        if t is None:
+            return self.hand_min, self.learned_min, self.learned_alone, self.hand_floor
+        return t["hand_min"], t["learned_min"], t["learned_alone"], t["hand_floor"]
 
 
 @dataclass(frozen=True)
@@ -289,7 +301,25 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
         temperature = 1.0
     rd = doc.get("decision") or {}
     rule_kw = {}
+    by_mark = rd.get("by_mark") if isinstance(rd, Mapping) else None
+    if by_mark is not None:
+        four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
+        if not isinstance(by_mark, Mapping):
+            problems.append("decision.by_mark: expected an object of mark -> thresholds")
+        else:
+            clean = {}
+            for m, t in by_mark.items():
+                if m not in MARKS:
+                    problems.append(f"decision.by_mark: unknown mark {m!r}")
+                elif not isinstance(t, Mapping) or set(t) != set(four) or not all(
+                        isinstance(t[k], (int, float)) and 0.0 <= float(t[k]) <= 1.5 for k in four):
+                    problems.append(f"decision.by_mark.{m}: expected numbers 0..1.5 for {', '.join(four)}")
+                else:
+                    clean[m] = {k: float(t[k]) for k in four}
+            rule_kw["by_mark"] = clean
     for k in DecisionRule.__dataclass_fields__:
+        if k == "by_mark":
+            continue
         if k in rd:
             v = rd[k]
             if not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.5:
@@ -401,8 +431,9 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
     mark_l, p_l = alts[0]
     mark_h, c_h = hand.mark, float(hand.confidence)
     agree = mark_l == mark_h
-    sure = agree and ((c_h >= rule.hand_min and p_l >= rule.learned_min)
-                      or (p_l >= rule.learned_alone and c_h >= rule.hand_floor))
+    hand_min, learned_min, learned_alone, hand_floor = rule.thresholds(mark_l)
+    sure = agree and ((c_h >= hand_min and p_l >= learned_min)
+                      or (p_l >= learned_alone and c_h >= hand_floor))
     reason = ""
     unmeasured = hand.reason == "too few unprinted pixels to read"
     if unmeasured:
