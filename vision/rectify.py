@@ -19,8 +19,9 @@ the far edges and the field continues past the outermost tile centres (half the 
 below the threshold take exactly the two-pass path (bit-identical output). On a bent page the
 fine pass is followed by the crest passes (:func:`_crest_passes`: the fine tiles overlapping by
 half, then smaller overlapping tiles), which follow a fold's crest that one-tile smoothing
-flattens; they are kept only when they line the print up better, judged on tiles of a size no
-pass fitted. Both measure at the photo's own
+flattens, then the strip passes (:func:`_strip_pass`: oblong tiles narrow across a crest
+along x, then along y); each is kept only when it lines the print up better, judged on tiles
+of a size no pass fitted (the strips by at least 5 %). Both measure at the photo's own
 resolution (at most 60 dpi): upsampling a small, blurred photo adds noise, not information.
 A last measurement through the final map reports how well the printed lines line up
 (``refinement["residual_px_after"]``, px at the output dpi); when the correction does not beat
@@ -30,7 +31,10 @@ Measured on simulated photos (108 photos, 6 sheets x 3 presets x markers/no mark
 centres against the simulator's truth, px at 100 dpi, median of per-photo medians): easy
 0.7-1.0 -> 0.3, typical 1.0-1.9 -> 0.4, hard 2.4-2.6 -> 0.6. The bent-page path, on 149 hard
 photos (seeds 20000-20149): 95th percentile of per-photo p95 7.5 -> 5.0 px, worst 29.6 -> 12.1,
-photos with p95 > 3 px 37 -> 18.
+photos with p95 > 3 px 37 -> 18; the crest and strip passes then 18 -> 11 (149 photos; of the
+100 curled: 16 -> 8), median p95 1.25 -> 0.96, worst 12.1 -> 7.2 (a fold's crest on a
+2048 px photo tilted 39 deg; folds across a page not taken for bent, residual under
+``BENT_RESIDUAL_PX``, keep up to 5.6 px).
 
 The reference tiles (rendering, ink, usable tiles) are cached per template and measuring
 resolution; :func:`prepare` builds those a phone photo needs up front (~50 ms per template).
@@ -73,6 +77,13 @@ BENT_COARSE_PASSES = 1
 CREST_TILE = 0.75
 #: Side of the tiles that judge the crest passes, as a fraction of the fine tile's side.
 JUDGE_TILE = 1.25
+#: The strip passes (see :func:`_strip_pass`): the narrow side of their tiles as a fraction of
+#: the fine tile's side (the long side is two fine tiles), and the share of the mean
+#: misalignment a strip pass must leave at most to be kept: their judge, on tiles 1.25x the fine
+#: side, moves by a few % between passes that change the regions by nothing; on bends (no
+#: crest) a pass judged 2-9 % better moved regions either way by up to 1 px (hard dev).
+STRIP_NARROW = 0.4
+STRIP_GAIN = 0.95
 
 
 @dataclass(frozen=True)
@@ -104,24 +115,27 @@ def _grey(a):
 class _RefTiles:
     """The reference's tiles worth measuring (print in two directions), precomputed once."""
 
-    def __init__(self, ref_ink: np.ndarray, tile: int, stride: int, *, cover: bool = False):
+    def __init__(self, ref_ink: np.ndarray, tile, stride, *, cover: bool = False):
+        # ``tile`` and ``stride``: px, or (rows, columns) for oblong tiles (see _strip_pass)
+        th, tw = (tile, tile) if np.isscalar(tile) else tile
+        sy, sx = (stride, stride) if np.isscalar(stride) else stride
         h, w = ref_ink.shape
-        ys = np.arange(0, max(1, h - tile + 1), stride)
-        xs = np.arange(0, max(1, w - tile + 1), stride)
+        ys = np.arange(0, max(1, h - th + 1), sy)
+        xs = np.arange(0, max(1, w - tw + 1), sx)
         if cover:
             # one more row / column of tiles flush with the far edges: the regular grid can
             # stop up to a stride short of them, and a curled edge moves fastest right there
-            if h - tile > ys[-1]:
-                ys = np.append(ys, h - tile)
-            if w - tile > xs[-1]:
-                xs = np.append(xs, w - tile)
+            if h - th > ys[-1]:
+                ys = np.append(ys, h - th)
+            if w - tw > xs[-1]:
+                xs = np.append(xs, w - tw)
         gx = cv2.Sobel(ref_ink, cv2.CV_32F, 1, 0, ksize=3)
         gy = cv2.Sobel(ref_ink, cv2.CV_32F, 0, 1, ksize=3)
         Y, X = np.meshgrid(ys, xs, indexing="ij")
 
         def boxes(a):
             S = cv2.integral(a.astype(np.float32), sdepth=cv2.CV_64F)
-            return S[Y + tile, X + tile] - S[Y, X + tile] - S[Y + tile, X] + S[Y, X]
+            return S[Y + th, X + tw] - S[Y, X + tw] - S[Y + th, X] + S[Y, X]
         sxx, syy, sxy, sink = boxes(gx * gx), boxes(gy * gy), boxes(gx * gy), boxes(ref_ink)
         disc = np.sqrt(np.maximum((sxx - syy) ** 2 / 4 + sxy ** 2, 0))
         lmax = (sxx + syy) / 2 + disc
@@ -129,26 +143,28 @@ class _RefTiles:
         iso = np.where(lmax > 0, lmin / np.maximum(lmax, 1e-12), 0)
         # Blank paper has nothing to align; print in one direction only (a lone line) leaves
         # the shift along it unknown.
-        use = (sink / float(tile * tile) >= 0.01) & (iso >= 0.08)
+        use = (sink / float(th * tw) >= 0.01) & (iso >= 0.08)
         self.tile, self.stride = tile, stride
         self.shape = (len(ys), len(xs))
         self.rc = np.argwhere(use)
         self.yx = np.stack([Y[use], X[use]], 1) if use.any() else np.zeros((0, 2), int)
         self.iso = iso[use]
-        self.window = cv2.createHanningWindow((tile, tile), cv2.CV_32F)
+        self.window = cv2.createHanningWindow((tw, th), cv2.CV_32F)
         # The reference side of every phase correlation, windowed once (cv2.phaseCorrelate
         # would multiply by the window in place, on a copy, at every call; the float32
         # products are the same either way).
         self.patches = _gather(ref_ink.astype(np.float32), self.yx, tile) * self.window
-        self.cy = ys.astype(float) + tile / 2 - 0.5
-        self.cx = xs.astype(float) + tile / 2 - 0.5
+        self.cy = ys.astype(float) + th / 2 - 0.5
+        self.cx = xs.astype(float) + tw / 2 - 0.5
 
 
 def _gather(img: np.ndarray, yx: np.ndarray, tile: int) -> np.ndarray:
-    """The ``tile`` x ``tile`` patches of ``img`` at top-left corners ``yx`` (N, 2), (N, T, T)."""
+    """The ``tile`` x ``tile`` (or ``tile`` = (rows, columns)) patches of ``img`` at top-left
+    corners ``yx`` (N, 2), (N, rows, columns)."""
+    th, tw = (tile, tile) if np.isscalar(tile) else tile
     if len(yx) == 0:
-        return np.zeros((0, tile, tile), img.dtype)
-    return np.lib.stride_tricks.sliding_window_view(img, (tile, tile))[yx[:, 0], yx[:, 1]]
+        return np.zeros((0, th, tw), img.dtype)
+    return np.lib.stride_tricks.sliding_window_view(img, (th, tw))[yx[:, 0], yx[:, 1]]
 
 
 def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
@@ -159,10 +175,11 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
     shifts = np.full(rt.shape + (2,), np.nan, np.float32)
     weight = np.zeros(rt.shape, np.float32)
     T = rt.tile
+    th, tw = (T, T) if np.isscalar(T) else T
     cand = np.arange(0, len(rt.yx), every)
     ys, xs = rt.yx[cand, 0], rt.yx[cand, 1]
     ok = np.ones(len(cand), bool)
-    for cy, cx in ((ys, xs), (ys + T - 1, xs), (ys, xs + T - 1), (ys + T - 1, xs + T - 1)):
+    for cy, cx in ((ys, xs), (ys + th - 1, xs), (ys, xs + tw - 1), (ys + th - 1, xs + tw - 1)):
         if valid is not None:
             ok &= valid[cy, cx]
         if inside_map is not None:
@@ -305,6 +322,19 @@ def _crest_passes(measure_pass, dpi_f, fine_tile, kf, disp_c, *, scale):
     if f2 is None:
         return None
     return _compose(f2.at, d1)
+
+
+def _strip_pass(measure_pass, dpi_f, fine_tile, kf, disp, *, axis, scale):
+    """One pass of oblong tiles, narrow across a crest running along ``axis`` ("x": a crest
+    line along x, the page folded across y) and long along it: a fold's displacement hardly
+    changes along its crest, so long tiles hold enough print while the narrow side resolves
+    the peak."""
+    n = max(12, int(round(fine_tile * STRIP_NARROW / 2)) * 2)
+    L = 2 * fine_tile
+    tile, stride = ((n, L), (n // 2, L // 2)) if axis == "x" else ((L, n), (L // 2, n // 2))
+    s, w, cen = measure_pass(dpi_f, tile, stride, disp, 0.3 * MAX_SHIFT_MM * kf, cover=True)
+    f, _ = _fit_field(s, w, cen, tol=max(1.0, 0.3 * kf), scale=scale, extrapolate=True)
+    return None if f is None else _compose(f.at, disp)
 
 
 def _median_misalignment(shifts, weight) -> float | None:
@@ -695,7 +725,20 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
                              "mean_px_without": None if m_a is None else m_a * dpi / dpi_f,
                              "mean_px_with": None if m_b is None else m_b * dpi / dpi_f}
             if keep:
-                disp = disp_x
+                disp, m_a = disp_x, m_b
+            if m_a is not None:
+                for axis in ("x", "y"):
+                    disp_s = _strip_pass(measure_pass, dpi_f, fine_tile, kf, disp, axis=axis,
+                                         scale=dpi / dpi_f)
+                    if disp_s is None:
+                        continue
+                    s_b, w_b, _ = judge(disp_s)
+                    m_b = _mean_misalignment(s_b, w_b)
+                    info["crest"][f"mean_px_strips_{axis}"] = None if m_b is None else m_b * dpi / dpi_f
+                    if m_b is not None and m_b < STRIP_GAIN * m_a:
+                        disp, m_a, keep = disp_s, m_b, True
+                        info["crest"][f"strips_{axis}"] = True
+            if keep:
                 s2, w2, _ = check(disp, every=2)
                 after = _median_misalignment(s2, w2)
     plain = info["residual_px_before"]
