@@ -215,8 +215,8 @@ def measure_alignment(photo_ink: np.ndarray, ref_ink: np.ndarray, *, tile: int, 
     ----------
     photo_ink, ref_ink : (H, W) float32 ndarray
         Ink maps (0 paper .. 1 black) of the rectified photo and of the clean rendering.
-    tile, stride : int
-        Tile side and step, px.
+    tile, stride : int or (int, int)
+        Tile side and step, px; or (rows, columns) each for oblong tiles.
     max_shift : float
         Larger shifts are rejected (locked onto the wrong line).
     valid : (H, W) bool ndarray, optional
@@ -231,7 +231,7 @@ def measure_alignment(photo_ink: np.ndarray, ref_ink: np.ndarray, *, tile: int, 
     centres : tuple of ndarrays
         Tile centre y and x (index coords).
     """
-    if tile < 8:
+    if min(np.atleast_1d(tile)) < 8:
         raise ValueError(f"tile must be at least 8 px, got {tile!r}")
     rt = _RefTiles(np.asarray(ref_ink, np.float32), tile, stride)
     return _measure_tiles(np.asarray(photo_ink, np.float32), rt, max_shift=max_shift, valid=valid)
