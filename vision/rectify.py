@@ -31,10 +31,13 @@ Measured on simulated photos (108 photos, 6 sheets x 3 presets x markers/no mark
 centres against the simulator's truth, px at 100 dpi, median of per-photo medians): easy
 0.7-1.0 -> 0.3, typical 1.0-1.9 -> 0.4, hard 2.4-2.6 -> 0.6. The bent-page path, on 149 hard
 photos (seeds 20000-20149): 95th percentile of per-photo p95 7.5 -> 5.0 px, worst 29.6 -> 12.1,
-photos with p95 > 3 px 37 -> 18; the crest and strip passes then 18 -> 11 (149 photos; of the
-100 curled: 16 -> 8), median p95 1.25 -> 0.96, worst 12.1 -> 7.2 (a fold's crest on a
-2048 px photo tilted 39 deg; folds across a page not taken for bent, residual under
-``BENT_RESIDUAL_PX``, keep up to 5.6 px).
+photos with p95 > 3 px 37 -> 18. The crest and strip passes then: 18 -> 13 (the 100 curled
+photos 16 -> 9, the 49 flat ones 2 -> 4: lens-distorted flat pages taken for bent, one of
+them densely coloured, where the small tiles lock onto pencil), median of per-photo p95
+1.25 -> 0.99 px, 95th percentile 4.95 -> 3.80, worst 12.1 -> 6.9 (a fold's crest on a photo
+tilted 39 deg); folds not taken for bent (residual under ``BENT_RESIDUAL_PX``) keep up to
+5.6 px. They cost a bent photo ~130 ms of CPU more (median 43 -> 174 ms, hard dev); flat
+pages pay nothing.
 
 The reference tiles (rendering, ink, usable tiles) are cached per template and measuring
 resolution; :func:`prepare` builds those a phone photo needs up front (~50 ms per template).
@@ -715,7 +718,9 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
             # judged on tiles of another size than any pass fitted (on the fitted tiles a
             # pass always looks better than it is)
             t_j = int(round(fine_tile * JUDGE_TILE / 2)) * 2
-            judge = functools.partial(measure_pass, dpi_f, t_j, t_j // 2,
+            # (not overlapping: overlapping by half cost ~70 ms more a bent photo and chose
+            # no better on the hard dev corpus)
+            judge = functools.partial(measure_pass, dpi_f, t_j, t_j,
                                       max_shift=0.4 * MAX_SHIFT_MM * kf, cover=True)
             s_a, w_a, _ = judge(disp)
             s_b, w_b, _ = judge(disp_x)
