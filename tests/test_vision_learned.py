@@ -169,7 +169,7 @@ def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
 
 def test_a_missing_model_is_an_error_not_a_quiet_fallback(tmp_path, monkeypatch):
     import vision.learned as L
-    monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v2.json")
+    monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v1.json")
     monkeypatch.setattr(L, "_cache", {})
     with pytest.raises(ReaderModelError, match="model .* is missing.*Reinstall sheetcheck"):
         L.default_model()
@@ -236,3 +236,16 @@ def test_per_mark_thresholds_replace_the_global_ones_for_that_mark_only(model_do
     doc["decision"]["by_mark"] = {"smudge": {}, "red": {"hand_min": 2}}
     with pytest.raises(ReaderModelError, match=r"(?s)unknown mark 'smudge'.*decision.by_mark.red: expected numbers"):
         model_from_dict(doc)
+
+
+def test_the_candidate_reader_v2_loads_and_reproduces_its_training_probabilities():
+    """reader-v2 (not the default, docs/EVALUATION.md) is kept loadable: every feature it
+    names is measured, and the JSON trees give scikit-learn's probabilities."""
+    from vision.learned import MODEL_DIR
+    path = MODEL_DIR / "reader-v2.json"
+    model = load_model(path)
+    assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
+    check = json.loads(path.with_suffix(".check.json").read_text())
+    X, want = np.asarray(check["X"], np.float32), np.asarray(check["proba"])
+    np.testing.assert_allclose(model.predict_proba(X, calibrated=False), want, atol=2e-5)
+    assert len(set(want.argmax(axis=1))) >= 4

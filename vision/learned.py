@@ -1,7 +1,8 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v2.json``, trained by ``scripts/train_reader.py``) maps
+The model (``calibration/models/reader-v1.json``, trained by ``scripts/train_reader.py``; a
+candidate, ``reader-v2.json``, ships beside it, docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
 hand reader's probabilities, photo quality figures) to a probability for each mark in
 ``vision.marks.MARKS``. It is stored as plain JSON (gradient-boosted trees or a small
@@ -30,7 +31,7 @@ MODEL_FORMAT = "sheetcheck.reader-model/1"
 #: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
 DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
-DEFAULT_MODEL = MODEL_DIR / "reader-v2.json"
+DEFAULT_MODEL = MODEL_DIR / "reader-v1.json"
 
 
 class ReaderModelError(SheetcheckError):
