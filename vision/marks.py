@@ -624,7 +624,10 @@ def _abs_hue_diff(h: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.abs(v, out=v)
 
 
-def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray) -> _Features:
+def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
+             lines: bool = True) -> _Features:
+    # (lines: measure the line features, LINE_FEATURES; only a model that reads them, or a
+    # dataset being built, needs them: they cost several ms a photo)
     R = len(model.region_ids)
     lbl = model.label
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
@@ -742,13 +745,14 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     k_ink = acc.add(ink)
     # ink contrast of every pixel in units of this photo's paper noise (chroma above the
     # paper's, or darker than it; the larger), for the straight-line search and its kin
-    c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
-    l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
-    zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
-                    (float(th["paper_l"]) - L) / l_sd)
-    zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
-    k_z, k_z3 = acc.add(zp), acc.add(ok & (zp > 3.0))
-    k_zb, k_zo = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
+    if lines:
+        c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
+        l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
+        zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
+                        (float(th["paper_l"]) - L) / l_sd)
+        zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
+        k_z, k_z3 = acc.add(zp), acc.add(ok & (zp > 3.0))
+        k_zb, k_zo = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
     S = acc.sums()
     wsum = np.maximum(S[k_w], 1e-9)
     n = S[k_n]
@@ -773,9 +777,12 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     ink_drop = S[k_drop] / np.maximum(S[k_ink], 1)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
-    lines = {"ink_z": S[k_z] / np.maximum(n, 1), "z3_share": S[k_z3] / np.maximum(n, 1),
-             "diag_z": S[k_zb] / np.maximum(nb, 1), "sector_z": S[k_zo] / np.maximum(no, 1)}
-    lines.update(_measure_lines(zp, ok, model, gx, gy))
+    if lines:
+        lines = {"ink_z": S[k_z] / np.maximum(n, 1), "z3_share": S[k_z3] / np.maximum(n, 1),
+                 "diag_z": S[k_zb] / np.maximum(nb, 1), "sector_z": S[k_zo] / np.maximum(no, 1)}
+        lines.update(_measure_lines(zp, ok, model, gx, gy))
+    else:
+        lines = None
     return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
@@ -997,6 +1004,13 @@ FEATURE_NAMES = (
     "photo_paper_coverage",
 )
 
+#: The columns of ``FEATURE_NAMES`` measured by the straight-line search and its kin
+#: (``_measure_lines``); left 0 when the model in use reads none of them.
+LINE_FEATURES = frozenset(("ink_z", "z3_share", "diag_z", "sector_z", "line_z", "line_contrast",
+                           "line_length", "line_span", "line_offset", "line_diag", "line2_z",
+                           "line2_contrast", "line2_length", "line_rest", "orient_top",
+                           "orient_second"))
+
 
 def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette, prior: Palette,
                           th: Mapping[str, float], hand: Mapping[str, RegionReading],
@@ -1213,7 +1227,12 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     if valid is not None:
         pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
     th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
-    f = _measure(lab, model, th, ok)
+    from vision.learned import resolve_reader
+    learned = resolve_reader(learned)
+    # the line features only when the model reads them (or the matrix is kept for a dataset)
+    need_lines = keep_matrix or (learned is not None
+                                 and not LINE_FEATURES.isdisjoint(learned.feature_names))
+    f = _measure(lab, model, th, ok, lines=need_lines)
     if model.halo_pix is not None and model.halo_pix.size:
         f = _measure_halo(f, linear_to_lab(sample(model.halo_pix)), model, th, valid)
 
@@ -1253,8 +1272,6 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  chroma_noise=max(1.0, float(th.get("paper_chroma_sd", 1.0))),
                                  hues=hues)
         internals.append(it)
-    from vision.learned import resolve_reader
-    learned = resolve_reader(learned)
     matrix = None
     if keep_matrix or learned is not None:
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
