@@ -238,9 +238,11 @@ def test_per_mark_thresholds_replace_the_global_ones_for_that_mark_only(model_do
         model_from_dict(doc)
 
 
-def test_the_candidate_reader_v2_loads_and_reproduces_its_training_probabilities():
-    """reader-v2 (not the default, docs/EVALUATION.md) is kept loadable: every feature it
-    names is measured, and the JSON trees give scikit-learn's probabilities."""
+def test_the_default_reader_v2_loads_and_reproduces_its_training_probabilities():
+    """reader-v2 (the default, docs/EVALUATION.md): every feature it names is measured, and
+    the JSON trees give scikit-learn's probabilities."""
+    from vision.learned import DEFAULT_MODEL
+    assert DEFAULT_MODEL.name == "reader-v2.json"
     from vision.learned import MODEL_DIR
     path = MODEL_DIR / "reader-v2.json"
     model = load_model(path)
