@@ -169,6 +169,12 @@ def _wrap(text: str, font, width: float, d: ImageDraw.ImageDraw) -> list[str]:
     return lines
 
 
+#: The panel explains at most this many review regions (R1, R2 ... in the report's order);
+#: the sheet outlines every one of them. A picture meant to be checked in seconds must not grow
+#: into a scroll when the reader flags a hundred regions.
+PANEL_REVIEW_LIMIT = 20
+
+
 def _panel(report: Report, *, height: int, k: float) -> Image.Image:
     """The explanation beside the sheet: verdict, breakdown, findings, review list."""
     fs = max(9, round(3.0 * k))
@@ -202,13 +208,17 @@ def _panel(report: Report, *, height: int, k: float) -> Image.Image:
     if report.review:
         rows.append(("gap",))
         rows.append(("bold", "Review these regions", REVIEW_RGB))
-        for i, u in enumerate(report.review, 1):
+        for i, u in enumerate(report.review[:PANEL_REVIEW_LIMIT], 1):
             alts = "; ".join(f"if {x.mark}: rules {x.rules_total}, claimed {x.claimed_total}"
                              for x in u.alternatives if x.changes)
             if not alts:    # matters together with others, as evidence, or a search cut off
                 alts = u.reason or (f"unreadable, yet evidence for {', '.join(u.evidence_for)}"
                                     if u.evidence_for else "matters together with other regions")
             rows.append(("wrap", f"R{i} {u.region}: read {u.read} ({percent(u.confidence)}); {alts}",
+                         REVIEW_RGB))
+        if len(report.review) > PANEL_REVIEW_LIMIT:
+            rows.append(("wrap", f"... and {len(report.review) - PANEL_REVIEW_LIMIT} more regions to "
+                                 "review: all are outlined on the sheet; the report lists them all",
                          REVIEW_RGB))
     if report.corrections:
         rows.append(("gap",))
