@@ -238,13 +238,13 @@ def test_per_mark_thresholds_replace_the_global_ones_for_that_mark_only(model_do
         model_from_dict(doc)
 
 
-def test_the_default_reader_v2_loads_and_reproduces_its_training_probabilities():
-    """reader-v2 (the default, docs/EVALUATION.md): every feature it names is measured, and
+def test_the_default_reader_v3_loads_and_reproduces_its_training_probabilities():
+    """reader-v3 (the default, docs/EVALUATION.md): every feature it names is measured, and
     the JSON trees give scikit-learn's probabilities."""
     from vision.learned import DEFAULT_MODEL
-    assert DEFAULT_MODEL.name == "reader-v2.json"
+    assert DEFAULT_MODEL.name == "reader-v3.json"
     from vision.learned import MODEL_DIR
-    path = MODEL_DIR / "reader-v2.json"
+    path = MODEL_DIR / "reader-v3.json"
     model = load_model(path)
     assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
     check = json.loads(path.with_suffix(".check.json").read_text())

@@ -41,8 +41,8 @@ def test_easy_photo_is_read_right_and_wrong_readings_are_flagged(easy_crypts, le
         # threshold that left no confident error on the calibration photos, with a margin:
         # docs/EVALUATION.md). That costs flags, even on an easy photo; every flag says why.
         # (A regression bound, not the target: reader-v1 flagged under 60 % of this photo,
-        # reader-v2, whose clear-looking empties need 0.9998 since faint strokes hide among
-        # them, flags 70 of its 104 regions.)
+        # reader-v2/v3, whose clear-looking empties need 0.9998 since faint strokes hide among
+        # them, flag about 70 of its 104 regions.)
         assert len(reading.flagged) <= 0.75 * len(reading.readings), len(reading.flagged)
         for rid in reading.flagged:
             r = reading.readings[rid]
