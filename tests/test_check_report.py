@@ -438,3 +438,26 @@ def test_the_text_lists_the_most_doubtful_review_first():
     assert {u.region for u in r.review} == set(boxes)   # both matter (a coloured point box)
     text = format_text(r)
     assert text.index(f"{boxes[1]}: read") < text.index(f"{boxes[0]}: read")
+
+
+def test_the_overlay_panel_explains_at_most_its_limit_of_review_regions(monkeypatch):
+    """A flag-heavy sheet must not turn the overlay into a scroll: the panel explains the first
+    PANEL_REVIEW_LIMIT review regions and says how many more there are (all stay outlined)."""
+    from sheetcheck import overlay
+    t, e, st = _game("crypts-2")
+    marks = e.state_to_marks(st)
+    coloured = [rid for rid, m in marks.items() if m not in ("empty", "written")][:30]
+    reads = {**_reads(marks), **{rid: RegionRead(marks[rid], 0.6, True, (("empty", 0.4),))
+                                 for rid in coloured}}
+    r = build_report(t, reads)
+    assert len(r.review) > 8
+    monkeypatch.setattr(overlay, "PANEL_REVIEW_LIMIT", 1000)
+    full = overlay.draw_overlay(r, dpi=40)
+    monkeypatch.setattr(overlay, "PANEL_REVIEW_LIMIT", 4)
+    capped = overlay.draw_overlay(r, dpi=40)
+    assert capped.size[0] == full.size[0] and capped.size[1] < full.size[1]
+    few = build_report(t, {**_reads(marks), coloured[0]: reads[coloured[0]]})
+    assert len(few.review) <= 4     # under the limit nothing is cut: the same picture either way
+    a = overlay.draw_overlay(few, dpi=40)
+    monkeypatch.setattr(overlay, "PANEL_REVIEW_LIMIT", 1000)
+    assert overlay.draw_overlay(few, dpi=40).tobytes() == a.tobytes()
