@@ -367,21 +367,28 @@ def paper_grain(shape: tuple[int, int], *, dpi: float, rng) -> np.ndarray:
     return np.clip(0.5 + 0.22 * g, 0, 1)
 
 
-def _deposit(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas, colour_lin: np.ndarray,
-             grain_strength: float) -> None:
-    """Rub pigment onto ``lin`` (linear RGB sheet, in place) where the canvas has coverage."""
+def _overlap(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas):
+    """Where the canvas lies on the sheet: its coverage there, the paper grain and the sheet's
+    pixels (a view, to change in place); None when the canvas is off the sheet."""
     h, w = canvas.cov.shape
     H, W = lin.shape[:2]
     x0, y0 = canvas.x0, canvas.y0
     xa, ya, xb, yb = max(0, x0), max(0, y0), min(W, x0 + w), min(H, y0 + h)
     if xa >= xb or ya >= yb:
+        return None
+    return canvas.cov[ya - y0:yb - y0, xa - x0:xb - x0], grain[ya:yb, xa:xb], lin[ya:yb, xa:xb]
+
+
+def _deposit(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas, colour_lin: np.ndarray,
+             grain_strength: float) -> None:
+    """Rub pigment onto ``lin`` (linear RGB sheet, in place) where the canvas has coverage."""
+    o = _overlap(lin, grain, canvas)
+    if o is None:
         return
-    cov = canvas.cov[ya - y0:yb - y0, xa - x0:xb - x0]
-    g = grain[ya:yb, xa:xb]
+    cov, g, patch = o
     # pigment catches on the peaks of the grain: a light stroke leaves the valleys white
     gs = grain_strength
     eff = np.clip(cov * (1 + gs) - gs * 1.6 * (1 - g), 0, 1)
-    patch = lin[ya:yb, xa:xb]
     patch *= np.power(colour_lin[None, None, :], eff[..., None])
 
 
@@ -735,16 +742,11 @@ def _deposit_varied(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas, colour_
                     strength: float, grain_strength: float) -> None:
     """Rub pigment onto ``lin`` (in place): a light stroke catches only the grain's peaks, a heavy
     or waxy one fills the valleys too; ``strength`` scales how much pigment a stroke leaves."""
-    h, w = canvas.cov.shape
-    H, W = lin.shape[:2]
-    x0, y0 = canvas.x0, canvas.y0
-    xa, ya, xb, yb = max(0, x0), max(0, y0), min(W, x0 + w), min(H, y0 + h)
-    if xa >= xb or ya >= yb:
+    o = _overlap(lin, grain, canvas)
+    if o is None:
         return
-    cov = canvas.cov[ya - y0:yb - y0, xa - x0:xb - x0]
-    g = grain[ya:yb, xa:xb]
+    cov, g, patch = o
     eff = cov * np.clip(1 - 3 * grain_strength * (1 - cov) * (1 - g), 0.1, 1) * strength
-    patch = lin[ya:yb, xa:xb]
     patch *= np.power(colour_lin[None, None, :], eff[..., None])
 
 
