@@ -300,6 +300,15 @@ def _mean_misalignment(shifts, weight) -> float | None:
     return float(np.mean(np.hypot(shifts[ok][:, 0], shifts[ok][:, 1])))
 
 
+def _refine_pass(measure_pass, dpi_f, tile, stride, disp, max_shift, *, kf, scale):
+    """One extra pass of the bent-page path: measure tiles covering the page through ``disp``,
+    fit a field (extrapolated past the outer tiles) and compose it with ``disp``; ``None``
+    when there is too little print to fit a field."""
+    s, w, cen = measure_pass(dpi_f, tile, stride, disp, max_shift, cover=True)
+    f, _ = _fit_field(s, w, cen, tol=max(1.0, 0.3 * kf), scale=scale, extrapolate=True)
+    return None if f is None else _compose(f.at, disp)
+
+
 def _crest_passes(measure_pass, dpi_f, fine_tile, kf, disp_c, *, scale):
     """The fine correction of a bent page, made to follow a fold's crest.
 
@@ -312,19 +321,13 @@ def _crest_passes(measure_pass, dpi_f, fine_tile, kf, disp_c, *, scale):
     Returns the displacement (output index -> previous map's position), or ``None`` when
     either pass has too little print to fit a field.
     """
-    tol = max(1.0, 0.3 * kf)
-    s, w, cen = measure_pass(dpi_f, fine_tile, fine_tile // 2, disp_c, 0.4 * MAX_SHIFT_MM * kf,
-                             cover=True)
-    f1, _ = _fit_field(s, w, cen, tol=tol, scale=scale, extrapolate=True)
-    if f1 is None:
+    d1 = _refine_pass(measure_pass, dpi_f, fine_tile, fine_tile // 2, disp_c,
+                      0.4 * MAX_SHIFT_MM * kf, kf=kf, scale=scale)
+    if d1 is None:
         return None
-    d1 = _compose(f1.at, disp_c)
     t2 = max(24, int(round(fine_tile * CREST_TILE / 2)) * 2)
-    s, w, cen = measure_pass(dpi_f, t2, t2 // 2, d1, 0.3 * MAX_SHIFT_MM * kf, cover=True)
-    f2, _ = _fit_field(s, w, cen, tol=tol, scale=scale, extrapolate=True)
-    if f2 is None:
-        return None
-    return _compose(f2.at, d1)
+    return _refine_pass(measure_pass, dpi_f, t2, t2 // 2, d1, 0.3 * MAX_SHIFT_MM * kf,
+                        kf=kf, scale=scale)
 
 
 def _strip_pass(measure_pass, dpi_f, fine_tile, kf, disp, *, axis, scale):
@@ -335,9 +338,8 @@ def _strip_pass(measure_pass, dpi_f, fine_tile, kf, disp, *, axis, scale):
     n = max(12, int(round(fine_tile * STRIP_NARROW / 2)) * 2)
     L = 2 * fine_tile
     tile, stride = ((n, L), (n // 2, L // 2)) if axis == "x" else ((L, n), (L // 2, n // 2))
-    s, w, cen = measure_pass(dpi_f, tile, stride, disp, 0.3 * MAX_SHIFT_MM * kf, cover=True)
-    f, _ = _fit_field(s, w, cen, tol=max(1.0, 0.3 * kf), scale=scale, extrapolate=True)
-    return None if f is None else _compose(f.at, disp)
+    return _refine_pass(measure_pass, dpi_f, tile, stride, disp, 0.3 * MAX_SHIFT_MM * kf,
+                        kf=kf, scale=scale)
 
 
 def _median_misalignment(shifts, weight) -> float | None:
