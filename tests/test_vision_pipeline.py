@@ -87,3 +87,57 @@ def test_sheet_model_is_built_once_per_template_and_dpi():
     t = get_template("crypts-1")
     assert sheet_model(t, dpi=60.0) is sheet_model(t, dpi=60.0)
     assert sheet_model(t, dpi=60.0) is not sheet_model(t, dpi=61.0)
+
+
+@pytest.fixture
+def cv2_threads():
+    """Restores OpenCV's thread count after a test that changes it."""
+    import cv2
+    before = cv2.getNumThreads()
+    yield cv2
+    cv2.setNumThreads(before)
+
+
+def test_a_read_on_two_threads_is_the_read_on_one(easy_crypts, cv2_threads):
+    """The second core (vision._geom_threads: rectify's tiles, the straight-line search beside
+    the other region sums) changes when things are computed, never what: the rectified sheet,
+    the feature matrix and every reading are the same."""
+    _, _, photo = easy_crypts
+    runs = {}
+    for n in (1, 2):
+        cv2_threads.setNumThreads(n)
+        runs[n] = read_photo(photo.jpeg, keep_images=True, keep_matrix=True)
+    one, two = runs[1], runs[2]
+    np.testing.assert_array_equal(one.rectified, two.rectified)
+    np.testing.assert_array_equal(one.matrix, two.matrix)
+    assert {k: (r.mark, r.confidence, r.review) for k, r in one.readings.items()} == \
+        {k: (r.mark, r.confidence, r.review) for k, r in two.readings.items()}
+
+
+def test_the_second_thread_follows_opencvs_thread_count(cv2_threads):
+    """A batch worker sets cv2.setNumThreads(1): then nothing runs on a second thread."""
+    import threading
+
+    from vision import _geom_threads as gt
+    where = []
+
+    def task(lo, hi):
+        where.append(threading.current_thread().name)
+        return [i * i for i in range(lo, hi)]
+
+    cv2_threads.setNumThreads(1)
+    assert gt.threads() == 1
+    assert gt.split_map(task, 10) == [i * i for i in range(10)]
+    assert set(where) == {threading.current_thread().name}
+    cv2_threads.setNumThreads(2)
+    assert gt.threads() == 2
+    where.clear()
+    assert gt.split_map(task, 10) == [i * i for i in range(10)]
+    assert len(set(where)) == 2
+    # inside the helper thread, work runs in order there (no task waits on its own pool)
+    assert gt.both(gt.threads, lambda: None)[0] == 1
+    # an error of the task on the helper thread reaches the caller
+    with pytest.raises(ZeroDivisionError, match="division"):
+        gt.both(lambda: 1 / 0, lambda: None)
+    with pytest.raises(KeyError, match="here"):
+        gt.both(lambda: None, lambda: {}["here"])

@@ -46,6 +46,7 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
+from vision._geom_threads import both
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
                            linear_to_lab, load_palette)
 
@@ -701,15 +702,81 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     sg = cv2.GaussianBlur(strength.reshape(H, W), (0, 0), 1.0)
     gx = cv2.Sobel(sg, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[rpix]
     gy = cv2.Sobel(sg, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[rpix]
-    wi = w  # (the same centre weights over the readable pixels)
-    k_jr = acc.add(wi * (gx * gx - gy * gy))
-    k_ji = acc.add(wi * (2 * gx * gy))
-    k_jn = acc.add(wi * (gx * gx + gy * gy))
+    # ink contrast of every pixel in units of this photo's paper noise (chroma above the
+    # paper's, or darker than it; the larger), for the straight-line search and its kin
+    if lines:
+        c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
+        l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
+        zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
+                        (float(th["paper_l"]) - L) / l_sd)
+        zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
+        # the straight-line search reads only zp, ok and the gradients: it runs beside the
+        # sums below when a second core is allowed (vision._geom_threads; same values)
+        line_out, (S, k) = both(
+            lambda: _measure_lines(zp, ok, model, gx, gy),
+            lambda: _measure_more(acc, model, th, ok, w, ink, faint, C, L, cos_h, sin_h, gx, gy,
+                                  rpix, (H, W), zp))
+    else:
+        line_out = None
+        S, k = _measure_more(acc, model, th, ok, w, ink, faint, C, L, cos_h, sin_h, gx, gy, rpix,
+                             (H, W), None)
+    wsum = np.maximum(S[k_w], 1e-9)
+    n = S[k_n]
+    cover = S[k_cover] / wsum
+    fcol = S[k_fcol] / wsum
+    faint_cover = S[k_faint] / wsum
+    fdark = S[k_fdark] / wsum
+    hue = np.degrees(np.arctan2(S[k_sy], S[k_sx])) % 360.0
+    purity = S[k_ww] / np.maximum(S[k_wc], 1e-9)
+    chroma = S[k_ww] / np.maximum(S[k_win], 1)
+    coherence = np.hypot(S[k["jr"]], S[k["ji"]]) / np.maximum(S[k["jn"]], 1e-6)
+    nb1, nb2 = S[k["nb1"]], S[k["nb2"]]
+    nb = nb1 + nb2
+    no = S[k["no"]]
+    bc1 = S[k["bc1"]] / np.maximum(nb1, 1)
+    bc2 = S[k["bc2"]] / np.maximum(nb2, 1)
+    bc = S[k["bc"]] / np.maximum(nb, 1)
+    oc = S[k["oc"]] / np.maximum(no, 1)
+    bare_core = S[k["core"]] / np.maximum(n, 1)
+    faint_tint = S[k["ftint"]] / wsum
+    faint_hue_r = np.hypot(S[k["tx"]], S[k["ty"]]) / np.maximum(S[k["wt"]], 1e-9)
+    ink_drop = S[k["drop"]] / np.maximum(S[k["ink"]], 1)
+    x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
+    x_score = np.clip(x_score, -1.0, 1.0)
+    if lines:
+        lines = {"ink_z": S[k["z"]] / np.maximum(n, 1), "z3_share": S[k["z3"]] / np.maximum(n, 1),
+                 "diag_z": S[k["zb"]] / np.maximum(nb, 1), "sector_z": S[k["zo"]] / np.maximum(no, 1)}
+        lines.update(line_out)
+    else:
+        lines = None
+    return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
+                     (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
+                     np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
+                     np.minimum(k["dl1"], k["dl2"]), np.maximum(k["dl1"], k["dl2"]),
+                     k["fdl"].max(axis=1), bare_core, faint_tint, faint_hue_r, ink_drop, lines=lines)
+
+
+def _measure_more(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], ok: np.ndarray,
+                  w: np.ndarray, ink: np.ndarray, faint: np.ndarray, C: np.ndarray, L: np.ndarray,
+                  cos_h: np.ndarray, sin_h: np.ndarray, gx: np.ndarray, gy: np.ndarray,
+                  rpix: np.ndarray, roi_shape: tuple[int, int], zp: np.ndarray | None):
+    """The second half of :func:`_measure`'s per-region sums (stroke coherence, diagonals,
+    bare cores, faint tint, darkness and, with ``zp``, the ink contrast), queued on ``acc``
+    after its first rows and summed with them. Apart so that the straight-line search can run
+    beside it (it reads none of this). Returns ``(S, k)``: the sums, and ``k`` their rows by
+    name plus the diagonal lengths ``dl1``, ``dl2`` and ``fdl`` (R, 2)."""
+    R = len(model.region_ids)
+    H, W = roi_shape
+    k: dict = {}
+    # (the same centre weights over the readable pixels)
+    k["jr"] = acc.add(w * (gx * gx - gy * gy))
+    k["ji"] = acc.add(w * (2 * gx * gy))
+    k["jn"] = acc.add(w * (gx * gx + gy * gy))
     b1, b2 = model.band == 1, model.band == 2
-    k_nb1, k_nb2 = acc.add(b1 & ok), acc.add(b2 & ok)
-    k_no = acc.add(model.off & ok)
-    k_bc1, k_bc2 = acc.add(b1 & ink), acc.add(b2 & ink)
-    k_bc, k_oc = acc.add((b1 | b2) & ink), acc.add(model.off & ink)
+    k["nb1"], k["nb2"] = acc.add(b1 & ok), acc.add(b2 & ok)
+    k["no"] = acc.add(model.off & ok)
+    k["bc1"], k["bc2"] = acc.add(b1 & ink), acc.add(b2 & ink)
+    k["bc"], k["oc"] = acc.add((b1 | b2) & ink), acc.add(model.off & ink)
     # share of each diagonal's length that carries ink
     sel = model.diag_bin >= 0
     db = model.diag_bin[sel]
@@ -718,9 +785,9 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     dh = (dhit & dseen).reshape(R, 2, 8).sum(axis=2)
     ds = dseen.reshape(R, 2, 8).sum(axis=2)
     dlen = np.where(ds >= 3, dh / np.maximum(ds, 1), 0.0)
-    dl1, dl2 = dlen[:, 0], dlen[:, 1]
+    k["dl1"], k["dl2"] = dlen[:, 0], dlen[:, 1]
     fhit = np.bincount(db, faint[sel], R * 16) > 0
-    fdl = np.where(ds >= 3, (fhit & dseen).reshape(R, 2, 8).sum(axis=2) / np.maximum(ds, 1), 0.0)
+    k["fdl"] = np.where(ds >= 3, (fhit & dseen).reshape(R, 2, 8).sum(axis=2) / np.maximum(ds, 1), 0.0)
     # Bare cores: unmarked paper at least ~0.6 mm from any ink and from the edge of what can
     # be seen. Crossing out (an X, a slash, a tick) leaves wide bare patches between its
     # strokes wherever they run; colouring in, even with gaps between hatching strokes, does
@@ -731,63 +798,22 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     bare = bare.reshape(H, W)
     dist = cv2.distanceTransform(bare, cv2.DIST_L2, 3).reshape(-1)[rpix]
     core_px = 0.5 * model.dpi / 25.4
-    k_core = acc.add(ok & (dist >= core_px))
+    k["core"] = acc.add(ok & (dist >= core_px))
     # Faint tint: texels above this photo's faint chroma level, and how well their hues agree
     # (1 = one hue). A pale pencil leaves one hue over the area; print fringes, JPEG colour
     # bleed and chromatic aberration leave mixed hues.
     ftint = faint & (C > th["chroma_faint"])
-    k_ftint = acc.add(w * ftint)
+    k["ftint"] = acc.add(w * ftint)
     wt = np.where(ftint, C, 0.0)
-    k_tx, k_ty, k_wt = acc.add(wt * cos_h), acc.add(wt * sin_h), acc.add(wt)
+    k["tx"], k["ty"], k["wt"] = acc.add(wt * cos_h), acc.add(wt * sin_h), acc.add(wt)
     # how dark the marked texels are (paper L* minus theirs, mean over ink): graphite and a
     # heavy hand are dark, a pale pencil or a shadow is not
-    k_drop = acc.add(np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0))
-    k_ink = acc.add(ink)
-    # ink contrast of every pixel in units of this photo's paper noise (chroma above the
-    # paper's, or darker than it; the larger), for the straight-line search and its kin
-    if lines:
-        c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
-        l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
-        zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
-                        (float(th["paper_l"]) - L) / l_sd)
-        zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
-        k_z, k_z3 = acc.add(zp), acc.add(ok & (zp > 3.0))
-        k_zb, k_zo = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
-    S = acc.sums()
-    wsum = np.maximum(S[k_w], 1e-9)
-    n = S[k_n]
-    cover = S[k_cover] / wsum
-    fcol = S[k_fcol] / wsum
-    faint_cover = S[k_faint] / wsum
-    fdark = S[k_fdark] / wsum
-    hue = np.degrees(np.arctan2(S[k_sy], S[k_sx])) % 360.0
-    purity = S[k_ww] / np.maximum(S[k_wc], 1e-9)
-    chroma = S[k_ww] / np.maximum(S[k_win], 1)
-    coherence = np.hypot(S[k_jr], S[k_ji]) / np.maximum(S[k_jn], 1e-6)
-    nb1, nb2 = S[k_nb1], S[k_nb2]
-    nb = nb1 + nb2
-    no = S[k_no]
-    bc1 = S[k_bc1] / np.maximum(nb1, 1)
-    bc2 = S[k_bc2] / np.maximum(nb2, 1)
-    bc = S[k_bc] / np.maximum(nb, 1)
-    oc = S[k_oc] / np.maximum(no, 1)
-    bare_core = S[k_core] / np.maximum(n, 1)
-    faint_tint = S[k_ftint] / wsum
-    faint_hue_r = np.hypot(S[k_tx], S[k_ty]) / np.maximum(S[k_wt], 1e-9)
-    ink_drop = S[k_drop] / np.maximum(S[k_ink], 1)
-    x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
-    x_score = np.clip(x_score, -1.0, 1.0)
-    if lines:
-        lines = {"ink_z": S[k_z] / np.maximum(n, 1), "z3_share": S[k_z3] / np.maximum(n, 1),
-                 "diag_z": S[k_zb] / np.maximum(nb, 1), "sector_z": S[k_zo] / np.maximum(no, 1)}
-        lines.update(_measure_lines(zp, ok, model, gx, gy))
-    else:
-        lines = None
-    return _Features(n, fcol, fdark, cover, line_cover, hue, purity, chroma, x_score, bc, oc,
-                     (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
-                     np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
-                     np.minimum(dl1, dl2), np.maximum(dl1, dl2), fdl.max(axis=1), bare_core, faint_tint, faint_hue_r,
-                     ink_drop, lines=lines)
+    k["drop"] = acc.add(np.where(ink, np.maximum(th["paper_l"] - L, 0.0), 0.0))
+    k["ink"] = acc.add(ink)
+    if zp is not None:
+        k["z"], k["z3"] = acc.add(zp), acc.add(ok & (zp > 3.0))
+        k["zb"], k["zo"] = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
+    return acc.sums(), k
 
 
 #: Ink contrast per pixel is clipped here (noise units): one very dark texel must not make a
@@ -1218,23 +1244,34 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     if tuple(shape) != (H, W, 3):
         raise ValueError(f"image shape {tuple(shape)} does not match the sheet model {(H, W, 3)}")
     prior = palette or load_palette("default")
-    # Pencil on print multiplies its reflectance: divide the print out.
-    px = sample(model.pix) / model.divisor
-    lab = linear_to_lab(px)
+    has_halo = model.halo_pix is not None and model.halo_pix.size > 0
+    if hasattr(linear, "sample"):
+        getattr(linear, "_upsampling", None)  # (built once here, not by two threads at once)
+
+    def paper_and_halo():
+        # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
+        pidx = model.paper_sample
+        if valid is not None:
+            pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
+        th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
+        return th, (linear_to_lab(sample(model.halo_pix)) if has_halo else None)
+
+    def regions():
+        # Pencil on print multiplies its reflectance: divide the print out.
+        return linear_to_lab(sample(model.pix) / model.divisor)
+
+    # (independent pixels: the paper and the halo beside the regions when a second core is
+    # allowed, vision._geom_threads; the same values either way)
+    (th, lab_halo), lab = both(paper_and_halo, regions)
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
-    # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
-    pidx = model.paper_sample
-    if valid is not None:
-        pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
-    th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
     # the line features only when the model reads them (or the matrix is kept for a dataset)
     need_lines = keep_matrix or (learned is not None
                                  and not LINE_FEATURES.isdisjoint(learned.feature_names))
     f = _measure(lab, model, th, ok, lines=need_lines)
-    if model.halo_pix is not None and model.halo_pix.size:
-        f = _measure_halo(f, linear_to_lab(sample(model.halo_pix)), model, th, valid)
+    if has_halo:
+        f = _measure_halo(f, lab_halo, model, th, valid)
 
     regions = [model.template.region(rid) for rid in model.region_ids]
     # --- calibrate the palette on this photo ---------------------------------------------
