@@ -40,6 +40,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from reader_dataset import seed_allowed  # noqa: E402
 from vision.learned import DOUBT_LEVEL, MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
 from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 
@@ -48,14 +51,26 @@ from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 TRAIN_PAINTERS = ("default", "varied")
 
 
-def load_sets(paths: list[str]) -> dict:
+def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
+    """Datasets of ``scripts/reader_dataset.py`` concatenated. Training data must come from dev
+    seeds (< 100000); ``calib_only`` data (rows that only calibrate the decision rule) may also
+    come from spent measurement corpora (``reader_dataset.SPENT_SEED_RANGES``), of a training
+    painter only."""
     parts = [dict(np.load(p, allow_pickle=False)) for p in paths]
     for p, d in zip(paths, parts):
         if tuple(d["feature_names"]) != FEATURE_NAMES:
             sys.exit(f"{p}: features differ from vision.marks.FEATURE_NAMES; rebuild it with "
                      "scripts/reader_dataset.py")
-        if d["seeds"].size and int(d["seeds"].max()) >= 100000:
+        if not calib_only and d["seeds"].size and int(d["seeds"].max()) >= 100000:
             sys.exit(f"{p}: holds photos with seeds >= 100000 (evaluation corpora): refused")
+        if calib_only:
+            bad = [int(v) for v in d["seeds"] if not seed_allowed(int(v))]
+            if bad:
+                sys.exit(f"{p}: holds photos of unspent evaluation seeds ({bad[:3]}...): refused")
+            painters = sorted(set(d["painter"].tolist()) - set(TRAIN_PAINTERS))
+            if painters:
+                sys.exit(f"{p}: holds photos of the painter(s) {painters}: only "
+                         f"{list(TRAIN_PAINTERS)} may calibrate the rule")
     out = {}
     offset = 0
     for d in parts:
@@ -144,12 +159,28 @@ def doubt_per_row(p, photo):
     return share[photo]
 
 
-def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y, doubt=None):
-    """(confident mask, correct mask) of the combined reader on one dataset."""
+def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y, doubt=None, kind=None):
+    """(confident mask, correct mask) of the combined reader on one dataset (``kind``: each
+    row's region kind, for tiers with thresholds per kind)."""
     p_l = p[np.arange(len(p)), mark_l]
     agree = mark_l == mark_h
-    # the four thresholds of each row's mark (DecisionRule.thresholds)
+    # the four thresholds of each row's mark (DecisionRule.thresholds), and of its photo's
+    # doubt tier: the first tier (by ascending doubt_max) that holds the photo and names the
+    # mark, for the row's kind or else for any kind, wins; so tiers are applied loosest-last
     t = np.array([rule.thresholds(m) for m in MARKS])[mark_l]
+    four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
+    if doubt is not None and rule.tiers:
+        for doubt_max, marks, kinds in reversed(rule.tiers):
+            in_tier = doubt <= doubt_max
+            for m, name in enumerate(MARKS):
+                if name in marks:
+                    sel = in_tier & (mark_l == m)
+                    t[sel] = [marks[name][k] for k in four]
+            for kd, km in (kinds.items() if kind is not None else ()):
+                for m, name in enumerate(MARKS):
+                    if name in km:
+                        sel = in_tier & (mark_l == m) & (kind == kd)
+                        t[sel] = [km[name][k] for k in four]
     sure = agree & (((c_h >= t[:, 0]) & (p_l >= t[:, 1])) | ((p_l >= t[:, 2]) & (c_h >= t[:, 3])))
     sure &= pconf >= rule.photo_gate
     if doubt is not None:
@@ -206,15 +237,18 @@ MARK_FLOOR = {"learned_min": 0.999, "hand_min": REVIEW_THRESHOLD, "learned_alone
 MARK_MIN_READINGS = 3000
 
 
-def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margin: float) -> tuple[DecisionRule, dict]:
+def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margin: float,
+                   floor: dict | None = None) -> tuple[DecisionRule, dict]:
     """Thresholds per mark read (``DecisionRule.by_mark``), each chosen like the global rule:
     the most confident readings of that mark with no confident error even when its learned
-    thresholds are loosened by the margin; the photo gates stay the global rule's."""
+    thresholds are loosened by the margin; the photo gates stay the global rule's. No
+    threshold is looser than ``floor`` (default ``MARK_FLOOR``)."""
+    floor = MARK_FLOOR if floor is None else floor
     mark_l = p.argmax(axis=1)
     p_l = p.max(axis=1)
     gate = (pconf >= base.photo_gate) & (doubt <= base.photo_doubt_max) & (mark_l == mark_h)
     ok = mark_l == y
-    grid_l = [0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999]
+    grid_l = [0.99, 0.993, 0.995, 0.997, 0.998, 0.999, 0.9995, 0.9998, 0.9999]
     grid_h = [0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 0.995, 0.999]
     by_mark, counts = {}, {}
     for m, name in enumerate(MARKS):
@@ -223,9 +257,9 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
         if sel.sum() < MARK_MIN_READINGS:
             continue  # the global thresholds
         best = None
-        for hm in [h for h in grid_h if h >= MARK_FLOOR["hand_min"]]:
-            for lm in [v for v in grid_l if v >= MARK_FLOOR["learned_min"]]:
-                for la in [v for v in grid_l if v >= max(lm, MARK_FLOOR["learned_alone"])] + [1.01]:
+        for hm in [h for h in grid_h if h >= floor["hand_min"]]:
+            for lm in [v for v in grid_l if v >= floor["learned_min"]]:
+                for la in [v for v in grid_l if v >= max(lm, floor["learned_alone"])] + [1.01]:
                     for hf in [h for h in grid_h if h <= hm]:
                         loose = sel & (((c_h >= hm) & (p_l >= relax(lm, margin)))
                                        | ((c_h >= hf) & (p_l >= relax(la, margin))))
@@ -242,11 +276,53 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
     return replace(base, by_mark=by_mark), counts
 
 
+#: Thresholds of a doubt tier (``DecisionRule.tiers``) are never looser than these: the tier's
+#: calibration rows are fewer, and the floor keeps a reading on a clear photo from becoming
+#: confident on a probability the rows cannot vouch for.
+TIER_FLOOR = {"learned_min": 0.99, "hand_min": REVIEW_THRESHOLD, "learned_alone": 0.995}
+
+
+def choose_tiers(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, kind, *, bounds,
+                 margin: float):
+    """``DecisionRule.tiers`` for the doubt bounds: per bound, thresholds per mark chosen like
+    :func:`choose_by_mark` on the rows of photos whose doubt is at most the bound, then per
+    region kind and mark on that kind's rows there (marks with too few readings, or no rule
+    without error, keep the rule above)."""
+    from dataclasses import replace
+
+    def chosen(sel):
+        r, counts = choose_by_mark(base, p[sel], mark_h[sel], c_h[sel], pconf[sel], y[sel],
+                                   doubt[sel], margin=margin, floor=TIER_FLOOR)
+        return {m: t for m, t in (r.by_mark or {}).items() if t["learned_min"] <= 1.0}, counts
+
+    tiers, report = [], {}
+    for bound in sorted(bounds):
+        sel = doubt <= bound
+        marks, counts = chosen(sel)
+        kinds, kind_counts = {}, {}
+        for kd in sorted(set(kind[sel].tolist())):
+            km, kind_counts[kd] = chosen(sel & (kind == kd))
+            if km:
+                kinds[kd] = km
+        report[str(bound)] = {"rows": int(sel.sum()), "marks": counts, "kinds": kind_counts}
+        if marks or kinds:
+            tiers.append((float(bound), marks, kinds))
+    rule = replace(base, tiers=tuple(tiers))
+    mark_l = p.argmax(axis=1)
+    before, ok = rule_outcome(base, p, mark_l, mark_h, c_h, pconf, y, doubt, kind)
+    after, _ = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt, kind)
+    if np.any(after & ~ok & ~before):
+        sys.exit("choose_tiers: a tier made an error confident on its own rows (a bug)")
+    report["confident"] = {"before": int(before.sum()), "after": int(after.sum())}
+    return rule, report
+
+
 def summarise(d, p, rule: DecisionRule) -> dict:
     """Region-level figures of the hand reader alone and of the two-reader verdict."""
     y, mark_h, c_h, pconf = d["y"], d["hand_mark"], hand_conf(d), d["photo_conf"]
     mark_l = p.argmax(axis=1)
-    sure, ok = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt_per_row(p, d["photo"]))
+    sure, ok = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt_per_row(p, d["photo"]),
+                            d["kind"])
     hand_ok = mark_h == y
     hand_sure = np.minimum(c_h, pconf) >= REVIEW_THRESHOLD
     easy_typ = np.isin(d["preset"], ["easy", "typical"])
@@ -280,6 +356,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--train", action="append", required=True, help="training .npz (repeatable)")
     ap.add_argument("--val", action="append", default=[], help="validation .npz (repeatable)")
+    ap.add_argument("--calib", action="append", default=[],
+                    help="calibration-only .npz (repeatable): read by the fitted model and added "
+                         "to the rows the decision rule is chosen on, never fitted on; may hold "
+                         "spent measurement corpora (reader_dataset.SPENT_SEED_RANGES)")
+    ap.add_argument("--tiers", default="",
+                    help="doubt bounds for DecisionRule.tiers, comma-separated (e.g. 0.01,0.03): "
+                         "looser thresholds chosen on the rows of clear photos alone")
     ap.add_argument("--out", required=True, help="model JSON to write")
     ap.add_argument("--kind", choices=("gbdt", "mlp"), default="gbdt")
     ap.add_argument("--calib-share", type=float, default=0.3)
@@ -387,7 +470,8 @@ def main(argv=None) -> int:
     # each training painter, a model fitted on the other painters' fitting photos reads this
     # painter's calibration photos. A rule must leave no confident error on either.
     rows = {"p": [pc], "hand": [tr["hand_mark"][cal]], "c_h": [hand_conf(tr)[cal]],
-            "pconf": [tr["photo_conf"][cal]], "y": [yc], "doubt": [doubt_per_row(pc, tr["photo"][cal])]}
+            "pconf": [tr["photo_conf"][cal]], "y": [yc], "doubt": [doubt_per_row(pc, tr["photo"][cal])],
+            "kind": [tr["kind"][cal]]}
     lopo = {}
     if args.lopo:
         if args.kind != "gbdt" or len(painters) < 2:
@@ -413,6 +497,7 @@ def main(argv=None) -> int:
             rows["y"].append(y[here])
             # (photo indices of this painter's photos stay distinct from the others')
             rows["doubt"].append(doubt_per_row(pp, tr["photo"][here]))
+            rows["kind"].append(tr["kind"][here])
             sub = {k: (v[here] if isinstance(v, np.ndarray) and len(v) == len(y) else v)
                    for k, v in tr.items()}
             sub["skipped"] = []
@@ -420,6 +505,20 @@ def main(argv=None) -> int:
                           "rows": int(here.sum()), "pred": pp, "set": sub}
             print(f"leave-one-painter-out: {held} read by a model of {lopo[held]['fitted_on']}: "
                   f"accuracy {np.mean(pp.argmax(axis=1) == y[here]):.4f}, T {T_h:.3f}", file=sys.stderr)
+    extra = {}
+    for cp in args.calib:
+        cd = load_sets([cp], calib_only=True)
+        pcd = masked_proba(reader.raw_scores(cd["X"]), cd["allowed"], best_T)
+        rows["p"].append(pcd)
+        rows["hand"].append(cd["hand_mark"])
+        rows["c_h"].append(hand_conf(cd))
+        rows["pconf"].append(cd["photo_conf"])
+        rows["y"].append(cd["y"].astype(int))
+        rows["doubt"].append(doubt_per_row(pcd, cd["photo"]))
+        rows["kind"].append(cd["kind"])
+        extra[Path(cp).stem] = (cd, pcd)
+        print(f"calibration-only {cp}: {len(cd['y'])} regions, accuracy "
+              f"{np.mean(pcd.argmax(axis=1) == cd['y']):.4f}", file=sys.stderr)
     cat = {k: np.concatenate(v) for k, v in rows.items()}
     if args.dump:
         # the rows the rule is chosen on (what-if studies of other rules without refitting)
@@ -431,6 +530,11 @@ def main(argv=None) -> int:
     if args.by_mark:
         rule, how["by_mark"] = choose_by_mark(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
                                               cat["y"], cat["doubt"], margin=args.margin)
+    if args.tiers:
+        bounds = [float(b) for b in args.tiers.split(",") if b.strip()]
+        rule, how["tiers"] = choose_tiers(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
+                                          cat["y"], cat["doubt"], cat["kind"], bounds=bounds,
+                                          margin=args.margin)
     print(f"temperature {best_T:.3f} (calibration log-loss {best_nll:.4f}); rule {rule} {how}",
           file=sys.stderr)
     validation = {"calibration_split": summarise(calset, pc, rule)}
@@ -443,6 +547,9 @@ def main(argv=None) -> int:
             sub = {k: (v[sel] if isinstance(v, np.ndarray) and len(v) == len(sel) else v)
                    for k, v in calset.items()}
             validation[f"calibration_split_{pn}"] = summarise(sub, pc[sel], rule)
+    for name, (cd, pcd) in extra.items():
+        validation[f"calib_{name}"] = {"painter": sorted(set(cd["painter"].tolist())),
+                                       **summarise(cd, pcd, rule)}
     for vp in args.val:
         vd = load_sets([vp])
         pv = masked_proba(reader.raw_scores(vd["X"]), vd["allowed"], best_T)
@@ -456,7 +563,7 @@ def main(argv=None) -> int:
 
     doc.update({
         "temperature": round(best_T, 4),
-        "decision": {k: getattr(rule, k) for k in DecisionRule.__dataclass_fields__},
+        "decision": rule.to_dict(),
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "training": {"command": "scripts/train_reader.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                      "datasets": [{"path": p, "sha256_16": digest(p)} for p in args.train],
@@ -466,6 +573,8 @@ def main(argv=None) -> int:
                      "calibration_photos": int(calib_ph.sum()), "split_seed": args.seed,
                      "margin": args.margin, "painters": painters, "lopo": bool(args.lopo),
                      "by_mark": bool(args.by_mark),
+                     "calibration_only": [{"path": p, "sha256_16": digest(p)} for p in args.calib],
+                     "tiers": args.tiers,
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
                                 "min_leaf": args.min_leaf, "l2": args.l2,
                                 "independent": args.independent} if args.kind == "gbdt"

@@ -86,8 +86,8 @@ def test_damaged_model_files_are_clear_errors(tmp_path, model_doc):
         model_from_dict([1, 2])
 
 
-def _hand(mark, conf, alts):
-    return RegionReading("cell.r1.c1", "cell", mark, conf, conf < 0.97, tuple(alts), {}, "")
+def _hand(mark, conf, alts, kind="cell"):
+    return RegionReading("cell.r1.c1", kind, mark, conf, conf < 0.97, tuple(alts), {}, "")
 
 
 def _probs(**p):
@@ -235,6 +235,53 @@ def test_per_mark_thresholds_replace_the_global_ones_for_that_mark_only(model_do
     assert model_from_dict(doc).rule.thresholds("empty") == (0.97, 0.9995, 1.01, 0.5)
     doc["decision"]["by_mark"] = {"smudge": {}, "red": {"hand_min": 2}}
     with pytest.raises(ReaderModelError, match=r"(?s)unknown mark 'smudge'.*decision.by_mark.red: expected numbers"):
+        model_from_dict(doc)
+
+
+def test_doubt_tiers_loosen_a_mark_only_on_photos_clear_enough(model_doc):
+    # base: "empty" needs the learned reader at 0.9998 alone; on a photo with at most 1 % of
+    # its regions in doubt, 0.997 is enough; up to 3 %, 0.999
+    tight = {"hand_min": 0.995, "learned_min": 0.9995, "learned_alone": 0.9998, "hand_floor": 0.5}
+    t1 = {"hand_min": 0.995, "learned_min": 0.99, "learned_alone": 0.997, "hand_floor": 0.5}
+    t3 = {"hand_min": 0.995, "learned_min": 0.99, "learned_alone": 0.999, "hand_floor": 0.5}
+    # and an empty connection (a stroke drawn beside the path reads empty) keeps 0.9998 there
+    rule = DecisionRule(by_mark={"empty": tight},
+                        tiers=((0.01, {"empty": t1}, {"connection": {"empty": tight}}),
+                               (0.03, {"empty": t3}, {})))
+    assert rule.thresholds("empty") == (0.995, 0.9995, 0.9998, 0.5)  # no doubt given: no tier
+    assert rule.thresholds("empty", 0.0) == (0.995, 0.99, 0.997, 0.5)
+    assert rule.thresholds("empty", 0.0, "box") == (0.995, 0.99, 0.997, 0.5)
+    assert rule.thresholds("empty", 0.0, "connection") == (0.995, 0.9995, 0.9998, 0.5)
+    assert rule.thresholds("empty", 0.02) == (0.995, 0.99, 0.999, 0.5)
+    assert rule.thresholds("empty", 0.02, "connection") == (0.995, 0.99, 0.999, 0.5)
+    assert rule.thresholds("empty", 0.05) == (0.995, 0.9995, 0.9998, 0.5)
+    assert rule.thresholds("red", 0.0) == (0.97, 0.97, 1.01, 0.5)  # a mark no tier names
+
+    def read(doubt):
+        # a clear-looking empty: the hand reader on its usual plateau, the learned reader 0.998
+        return combine(_hand("empty", 0.9933, [("empty", 0.9933), ("blue", 0.0067)]),
+                       _probs(empty=0.998, blue=0.002), classes=MARKS, rule=rule,
+                       review_threshold=0.97, doubt=doubt)
+    assert not read(0.005).review and read(0.005).confidence == 0.998
+    assert read(0.02).review and "low confidence" in read(0.02).reason
+    assert read(0.2).review
+    line = combine(_hand("empty", 0.9933, [("empty", 0.9933), ("blue", 0.0067)], kind="connection"),
+                   _probs(empty=0.998, blue=0.002), classes=MARKS, rule=rule,
+                   review_threshold=0.97, doubt=0.005)
+    assert line.review
+    # stored in the model file's decision (DecisionRule.to_dict), validated on load
+    doc = copy.deepcopy(model_doc)
+    doc["decision"] = rule.to_dict()
+    back = model_from_dict(json.loads(json.dumps(doc))).rule
+    assert back.tiers == rule.tiers and back.thresholds("empty", 0.005) == (0.995, 0.99, 0.997, 0.5)
+    doc["decision"]["tiers"] = [{"doubt_max": 0.03, "by_mark": {"empty": t3}},
+                                {"doubt_max": 0.01, "by_mark": {"smudge": t1}},
+                                {"doubt_max": 0.5, "by_mark": {}, "by_kind": {"box": {"red": {}}}},
+                                {"doubt_max": 2, "by_mark": {}}]
+    with pytest.raises(ReaderModelError, match=r"(?s)tiers\[1\].doubt_max: tiers must come by ascending"
+                                               r".*tiers\[1\].by_mark: unknown mark 'smudge'"
+                                               r".*tiers\[2\].by_kind.box.red: expected numbers"
+                                               r".*tiers\[3\].doubt_max: expected a number in 0..1"):
         model_from_dict(doc)
 
 

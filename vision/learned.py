@@ -72,13 +72,43 @@ class DecisionRule:
     #: differs by mark (a clear colour is rarely wrong, a clear "empty" may hide a faint
     #: stroke). None: the same thresholds for every mark.
     by_mark: Mapping[str, Mapping[str, float]] | None = None
+    #: Thresholds for clear photos, each chosen on the calibration rows of such photos alone:
+    #: ``((doubt_max, by_mark, by_kind), ...)`` by ascending ``doubt_max``, where ``by_mark``
+    #: is ``{mark: {hand_min, learned_min, learned_alone, hand_floor}}`` and ``by_kind``
+    #: ``{region kind: by_mark}``. A reading on a photo whose doubt (:func:`photo_doubt`) is
+    #: at most ``doubt_max`` takes the first such tier's thresholds for its region's kind and
+    #: mark, else for its mark; what no tier names keeps the thresholds above. Why: the
+    #: learned reader's rare confident errors sit mostly on unclear photos (blur, glare, low
+    #: resolution) and on a few kinds of region (a stroke beside a connection's path), and
+    #: they set one rule for every photo and region; on a clear photo the same probability
+    #: is worth more.
+    tiers: tuple = ()
 
-    def thresholds(self, mark: str) -> tuple[float, float, float, float]:
-        """(hand_min, learned_min, learned_alone, hand_floor) for a reading of ``mark``."""
-        t = (self.by_mark or {}).get(mark)
+    def thresholds(self, mark: str, doubt: float | None = None,
+                   kind: str | None = None) -> tuple[float, float, float, float]:
+        """(hand_min, learned_min, learned_alone, hand_floor) for a reading of ``mark`` in a
+        region of that ``kind`` on a photo of that ``doubt`` (None: the rule without tiers)."""
+        t = None
+        if doubt is not None:
+            for doubt_max, marks, kinds in self.tiers:
+                if doubt <= doubt_max:
+                    t = (kinds.get(kind) or {}).get(mark) or marks.get(mark)
+                    if t is not None:
+                        break
+        if t is None:
+            t = (self.by_mark or {}).get(mark)
         if t is None:
             return self.hand_min, self.learned_min, self.learned_alone, self.hand_floor
         return t["hand_min"], t["learned_min"], t["learned_alone"], t["hand_floor"]
+
+    def to_dict(self) -> dict:
+        """The rule as stored in a model file (``decision``)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "tiers"}
+        if self.tiers:
+            out["tiers"] = [{"doubt_max": float(d), "by_mark": {m: dict(t) for m, t in bm.items()},
+                             "by_kind": {k: {m: dict(t) for m, t in km.items()} for k, km in bk.items()}}
+                            for d, bm, bk in self.tiers]
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +214,25 @@ def _arr(doc, key, where, problems, *, dtype=np.float32, ndim=None):
         problems.append(f"{where}.{key}: holds NaN or infinite values")
         return None
     return a
+
+
+def _thresholds_by_mark(by_mark, where: str, problems: list[str], marks) -> dict:
+    """A validated ``{mark: {hand_min, learned_min, learned_alone, hand_floor}}`` (problems
+    appended to ``problems``)."""
+    four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
+    if not isinstance(by_mark, Mapping):
+        problems.append(f"{where}: expected an object of mark -> thresholds")
+        return {}
+    clean = {}
+    for m, t in by_mark.items():
+        if m not in marks:
+            problems.append(f"{where}: unknown mark {m!r}")
+        elif not isinstance(t, Mapping) or set(t) != set(four) or not all(
+                isinstance(t[k], (int, float)) and 0.0 <= float(t[k]) <= 1.5 for k in four):
+            problems.append(f"{where}.{m}: expected numbers 0..1.5 for {', '.join(four)}")
+        else:
+            clean[m] = {k: float(t[k]) for k in four}
+    return clean
 
 
 def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
@@ -308,22 +357,32 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
     rule_kw = {}
     by_mark = rd.get("by_mark") if isinstance(rd, Mapping) else None
     if by_mark is not None:
-        four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
-        if not isinstance(by_mark, Mapping):
-            problems.append("decision.by_mark: expected an object of mark -> thresholds")
-        else:
-            clean = {}
-            for m, t in by_mark.items():
-                if m not in MARKS:
-                    problems.append(f"decision.by_mark: unknown mark {m!r}")
-                elif not isinstance(t, Mapping) or set(t) != set(four) or not all(
-                        isinstance(t[k], (int, float)) and 0.0 <= float(t[k]) <= 1.5 for k in four):
-                    problems.append(f"decision.by_mark.{m}: expected numbers 0..1.5 for {', '.join(four)}")
-                else:
-                    clean[m] = {k: float(t[k]) for k in four}
-            rule_kw["by_mark"] = clean
+        rule_kw["by_mark"] = _thresholds_by_mark(by_mark, "decision.by_mark", problems, MARKS)
+    tiers = rd.get("tiers") if isinstance(rd, Mapping) else None
+    if tiers is not None:
+        clean_tiers = []
+        if not isinstance(tiers, list):
+            problems.append("decision.tiers: expected a list of {doubt_max, by_mark}")
+            tiers = []
+        for i, tier in enumerate(tiers):
+            where = f"decision.tiers[{i}]"
+            d = tier.get("doubt_max") if isinstance(tier, Mapping) else None
+            if not isinstance(d, (int, float)) or not 0.0 <= float(d) <= 1.0:
+                problems.append(f"{where}.doubt_max: expected a number in 0..1, got {d!r}")
+                continue
+            if clean_tiers and float(d) <= clean_tiers[-1][0]:
+                problems.append(f"{where}.doubt_max: tiers must come by ascending doubt_max")
+            by_kind = tier.get("by_kind", {})
+            if not isinstance(by_kind, Mapping):
+                problems.append(f"{where}.by_kind: expected an object of region kind -> by_mark")
+                by_kind = {}
+            clean_tiers.append((float(d), _thresholds_by_mark(tier.get("by_mark"), f"{where}.by_mark",
+                                                              problems, MARKS),
+                                {str(k): _thresholds_by_mark(v, f"{where}.by_kind.{k}", problems, MARKS)
+                                 for k, v in by_kind.items()}))
+        rule_kw["tiers"] = tuple(clean_tiers)
     for k in DecisionRule.__dataclass_fields__:
-        if k == "by_mark":
+        if k in ("by_mark", "tiers"):
             continue
         if k in rd:
             v = rd[k]
@@ -436,7 +495,7 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
     mark_l, p_l = alts[0]
     mark_h, c_h = hand.mark, float(hand.confidence)
     agree = mark_l == mark_h
-    hand_min, learned_min, learned_alone, hand_floor = rule.thresholds(mark_l)
+    hand_min, learned_min, learned_alone, hand_floor = rule.thresholds(mark_l, doubt, hand.kind)
     sure = agree and ((c_h >= hand_min and p_l >= learned_min)
                       or (p_l >= learned_alone and c_h >= hand_floor))
     reason = ""

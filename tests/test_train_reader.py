@@ -1,0 +1,86 @@
+"""The training script's decision-rule choice (scripts/train_reader.py): numpy only, no
+scikit-learn needed. Synthetic calibration rows stand for a reader's outputs."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import reader_dataset  # noqa: E402
+import train_reader  # noqa: E402
+from vision.learned import DecisionRule  # noqa: E402
+from vision.marks import MARKS  # noqa: E402
+
+EMPTY, BLUE = MARKS.index("empty"), MARKS.index("blue")
+
+
+def _rows(rng, n, p_empty, doubt, *, wrong_at=None):
+    """n rows read "empty" by both readers with learned probability p_empty (jittered), on
+    photos of the given doubt; wrong_at: one row whose truth is blue, read empty at that p."""
+    p = np.zeros((n, len(MARKS)))
+    pe = np.clip(p_empty + rng.normal(0, 2e-4, n), 0.9, 0.99999)
+    y = np.full(n, EMPTY)
+    if wrong_at is not None:
+        pe[0], y[0] = wrong_at, BLUE
+    p[:, EMPTY], p[:, BLUE] = pe, 1 - pe
+    return dict(p=p, hand=np.full(n, EMPTY), c_h=np.full(n, 0.9933), pconf=np.ones(n), y=y,
+                doubt=np.full(n, doubt), kind=np.full(n, "box"))
+
+
+def test_tiers_are_chosen_on_clear_photos_alone_and_never_admit_an_error(monkeypatch):
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
+    # clear photos: empties at ~0.998, one faint blue mark read empty at 0.99;
+    # unclear photos: empties at ~0.9990, one hidden mark read empty at 0.9996
+    clear = _rows(rng, 3000, 0.998, 0.005, wrong_at=0.99)
+    unclear = _rows(rng, 3000, 0.9990, 0.2, wrong_at=0.9996)
+    # connections on clear photos: a stroke beside the path read empty at 0.9985
+    lines = _rows(rng, 1000, 0.9997, 0.005, wrong_at=0.9985)
+    lines["kind"][:] = "connection"
+    cat = {k: np.concatenate([clear[k], unclear[k], lines[k]]) for k in clear}
+    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
+    rule, report = train_reader.choose_tiers(base, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
+                                             cat["y"], cat["doubt"], cat["kind"],
+                                             bounds=[0.01, 0.03], margin=1.5)
+    # the clear photos get looser "empty" thresholds, kept above their error at 0.99
+    assert rule.tiers and rule.tiers[0][0] == 0.01
+    t = rule.thresholds("empty", 0.005, "box")
+    assert t[2] < base.learned_alone and train_reader.relax(t[2], 1.5) > 0.99
+    assert rule.thresholds("empty", 0.2, "box") == base.thresholds("empty")
+    # the connections' own thresholds stay above their error; the boxes' are looser
+    t_line = rule.thresholds("empty", 0.005, "connection")
+    assert train_reader.relax(t_line[2], 1.5) > 0.9985 and t_line[2] > t[2]
+    # (any other kind on a clear photo: the tier's thresholds for all its kinds together)
+    assert train_reader.relax(rule.thresholds("empty", 0.005, "star")[2], 1.5) > 0.9985
+    sure, ok = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), cat["hand"],
+                                         cat["c_h"], cat["pconf"], cat["y"], cat["doubt"],
+                                         cat["kind"])
+    assert not np.any(sure & ~ok)
+    assert report["confident"]["after"] > report["confident"]["before"]
+    # far more clear-photo empties are confident than under the one rule
+    before, _ = train_reader.rule_outcome(base, cat["p"], cat["p"].argmax(axis=1), cat["hand"],
+                                          cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    assert sure[:3000].mean() > 0.9 > before[:3000].mean()
+
+
+def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
+    assert reader_dataset.seed_allowed(12345) and reader_dataset.seed_allowed(400123)
+    assert not reader_dataset.seed_allowed(500000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(750001) and not reader_dataset.seed_allowed(None)
+    from vision.marks import FEATURE_NAMES
+
+    def save(name, seeds, painter="default"):
+        path = tmp_path / name
+        np.savez(path, feature_names=np.asarray(FEATURE_NAMES), seeds=np.asarray(seeds),
+                 painter=np.asarray([painter]))
+        return str(path)
+    with pytest.raises(SystemExit, match="seeds >= 100000"):
+        train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
+    with pytest.raises(SystemExit, match="unspent evaluation seeds"):
+        train_reader.load_sets([save("fresh.npz", [500001])], calib_only=True)
+    with pytest.raises(SystemExit, match="painter"):
+        train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
