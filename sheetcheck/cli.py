@@ -83,6 +83,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "and timings.")
     s.add_argument("folder", help="folder of photos and their truth JSON (as simulate writes them)")
     s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    s.add_argument("--reader", metavar="MODEL",
+                   help="learned reader model file to read with (default: the bundled default, "
+                        "calibration/models/; to compare models on the same photos)")
 
     s = sub.add_parser("score", help="score and audit a game state typed by hand",
                        description="Print the breakdown, every rule finding and the total for a "

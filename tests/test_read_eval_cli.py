@@ -101,3 +101,22 @@ def test_eval_on_an_empty_folder_says_what_to_do(tmp_path, capsys):
     code = main(["eval", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 50 and "no photo with a NAME.truth.json" in err and "sheetcheck simulate" in err
+
+
+def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsys):
+    from vision.learned import DEFAULT_MODEL, MODEL_DIR
+    one = tmp_path / "one"
+    one.mkdir()
+    for name in ("p0.jpg", "p0.truth.json"):
+        (one / name).write_bytes((folder / name).read_bytes())
+    out_json = tmp_path / "v1.json"
+    assert main(["eval", str(one), "--reader", str(MODEL_DIR / "reader-v1.json"),
+                 "--json", str(out_json)]) == 0
+    assert "(reader reader-v1)" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["reader"]["id"] == "reader-v1"
+    assert main(["eval", str(one), "--json", str(out_json)]) == 0
+    assert json.loads(out_json.read_text())["reader"]["id"] == DEFAULT_MODEL.stem
+    # a model file that is not there: a clear message and the reader-model exit code
+    code = main(["eval", str(one), "--reader", str(tmp_path / "nope.json")])
+    err = capsys.readouterr().err
+    assert code == 22 and "nope.json" in err

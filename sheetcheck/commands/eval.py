@@ -353,10 +353,15 @@ def format_conditions(by_condition: Mapping[str, Mapping[str, Mapping]]) -> list
     return out
 
 
-def evaluate(folder: str | Path, *, progress=None) -> dict:
-    """Run the reader over a folder of photos with truth; return the figures (JSON-ready)."""
+def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = None) -> dict:
+    """Run the reader over a folder of photos with truth; return the figures (JSON-ready).
+    ``reader``: a learned reader's model file to read with instead of the default one (to
+    compare models on the same photos)."""
     from calibration.template import get_template
     from sheetcheck.commands.read import read_one
+    from vision.learned import default_model, load_model
+
+    learned = load_model(reader) if reader is not None else default_model()
 
     pairs = find_pairs(folder)
     overall = _Acc()
@@ -391,7 +396,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
             truth_template = None
         bins = condition_bins(truth, page_mm=(truth_template.width_mm, truth_template.height_mm)
                               if truth_template is not None else None)
-        reading, err = read_one(str(photo), template_id=None)
+        reading, err = read_one(str(photo), template_id=None, learned=learned)
         sheet = {"photo": photo.name, "preset": preset, "markers": markers,
                  "template": truth.get("template")}
         if err is not None:
@@ -488,6 +493,7 @@ def evaluate(folder: str | Path, *, progress=None) -> dict:
     return {
         "format": EVAL_FORMAT,
         "folder": str(folder),
+        "reader": {"id": (learned.meta or {}).get("id"), "file": learned.source},
         "photos": len(pairs),
         "photos_failed": len(failed),
         "regions": regions_total,
@@ -539,7 +545,8 @@ def _pct(a: dict) -> str:
 
 def format_report(res: dict) -> str:
     out = [f"sheetcheck eval {res['folder']}: {res['photos']} photos, {res['regions']} regions, "
-           f"{res['photos_failed']} photos not read",
+           f"{res['photos_failed']} photos not read"
+           + (f" (reader {res['reader']['id']})" if (res.get("reader") or {}).get("id") else ""),
            f"region accuracy      {_pct(res['accuracy'])}"]
     for title, key in (("per kind", "by_kind"), ("per preset", "by_preset"),
                        ("markers", "by_markers"), ("per template", "by_template")):
@@ -595,7 +602,7 @@ def run(args) -> int:
     def progress(i, n, name, what):
         print(f"[{i}/{n}] {name}: {what}", file=sys.stderr, flush=True)
 
-    res = evaluate(args.folder, progress=progress)
+    res = evaluate(args.folder, progress=progress, reader=getattr(args, "reader", None))
     print(format_report(res))
     if args.json:
         try:

@@ -26,12 +26,14 @@ def error_json(photo: str, code: str, message: str) -> dict:
     return {"format": READ_FORMAT, "photo": photo, "error": {"code": code, "message": message}}
 
 
-def read_one(path: str, *, template_id: str | None, keep_images: bool = False):
-    """Read one photo; returns ``(reading, None)`` or ``(None, (code, message, exit_code))``."""
+def read_one(path: str, *, template_id: str | None, keep_images: bool = False, learned="default"):
+    """Read one photo; returns ``(reading, None)`` or ``(None, (code, message, exit_code))``.
+    ``learned``: the learned reader (``vision.pipeline.read_photo``)."""
     from vision.pipeline import read_photo
 
     try:
-        return read_photo(path, template_id=template_id, keep_images=keep_images), None
+        return read_photo(path, template_id=template_id, keep_images=keep_images,
+                          learned=learned), None
     except SheetcheckError as e:
         return None, (e.code, str(e), e.exit_code)
     except MemoryError:
