@@ -197,6 +197,17 @@ def choose_rule(p, mark_h, c_h, pconf, y, doubt, *, margin: float, photo_gate: f
     best = None
     grid_l = [0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999]
     grid_h = [0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99, 0.995]
+    # The rows that can be confident at all (the readers agree, the photo passes the gate),
+    # and the wrong ones among them apart: rule_outcome's verdicts on them, much faster.
+    p_l = p[np.arange(len(p)), mark_l]
+    can = (mark_l == mark_h) & (pconf >= photo_gate)
+    ch, pl, dbt = c_h[can], p_l[can], doubt[can]
+    wrong = (mark_l != y)[can]
+    ch_w, pl_w, dbt_w = ch[wrong], pl[wrong], dbt[wrong]
+
+    def count(hm, lm, la, hf, dm, c, q, d):
+        return ((((c >= hm) & (q >= lm)) | ((q >= la) & (c >= hf))) & (d <= dm))
+
     for lm in grid_l:
         for hm in (0.9, 0.95, 0.97, 0.99, 0.995, 0.999):
             for la in grid_l + [1.01]:
@@ -209,13 +220,10 @@ def choose_rule(p, mark_h, c_h, pconf, y, doubt, *, margin: float, photo_gate: f
                         # probability) and the doubt limit (half as much again); not the hand
                         # reader's, whose confidences sit on a few plateaus (0.9933 is most
                         # clear empties), so that loosening it would be a jump, not a margin.
-                        loose = DecisionRule(hm, relax(lm, margin), relax(la, margin),
-                                             hf, photo_gate, min(1.0, dm * (1 + (margin - 1) / 2)))
-                        s_loose, ok = rule_outcome(loose, p, mark_l, mark_h, c_h, pconf, y, doubt)
-                        if np.any(s_loose & ~ok):
+                        if np.any(count(hm, relax(lm, margin), relax(la, margin), hf,
+                                        min(1.0, dm * (1 + (margin - 1) / 2)), ch_w, pl_w, dbt_w)):
                             continue
-                        s, _ = rule_outcome(rule, p, mark_l, mark_h, c_h, pconf, y, doubt)
-                        n = int(s.sum())
+                        n = int(np.count_nonzero(count(hm, lm, la, hf, dm, ch, pl, dbt)))
                         if best is None or n > best[0]:
                             best = (n, rule)
     if best is None:
@@ -257,15 +265,18 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
         if sel.sum() < MARK_MIN_READINGS:
             continue  # the global thresholds
         best = None
+        # (this mark's readings only, and its wrong ones apart: the same counts, much faster)
+        ch, pl = c_h[sel], p_l[sel]
+        wrong = ~ok[sel]
+        ch_w, pl_w = ch[wrong], pl[wrong]
         for hm in [h for h in grid_h if h >= floor["hand_min"]]:
             for lm in [v for v in grid_l if v >= floor["learned_min"]]:
                 for la in [v for v in grid_l if v >= max(lm, floor["learned_alone"])] + [1.01]:
                     for hf in [h for h in grid_h if h <= hm]:
-                        loose = sel & (((c_h >= hm) & (p_l >= relax(lm, margin)))
-                                       | ((c_h >= hf) & (p_l >= relax(la, margin))))
-                        if np.any(loose & ~ok):
+                        if np.any(((ch_w >= hm) & (pl_w >= relax(lm, margin)))
+                                  | ((ch_w >= hf) & (pl_w >= relax(la, margin)))):
                             continue
-                        n = int(np.sum(sel & (((c_h >= hm) & (p_l >= lm)) | ((c_h >= hf) & (p_l >= la)))))
+                        n = int(np.count_nonzero(((ch >= hm) & (pl >= lm)) | ((ch >= hf) & (pl >= la))))
                         if best is None or n > best[0]:
                             best = (n, (hm, lm, la, hf))
         # no rule without error: that mark is never confident
