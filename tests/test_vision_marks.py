@@ -378,6 +378,43 @@ def test_hue_wraps_match_the_float_remainder_bit_for_bit():
     np.testing.assert_array_equal(_abs_hue_diff(got, ref), np.abs(hue_diff(got, ref)))
 
 
+
+def test_lab_in_row_blocks_is_the_one_product_bit_for_bit():
+    """linear_to_lab multiplies by the XYZ matrix in blocks of _LAB_ROWS rows (so OpenBLAS stays
+    on the calling thread): the same values as one product, for flat and image-shaped input."""
+    from vision.colour import _LAB_ROWS, _RGB2XYZN, _to_xyz
+    rng = np.random.default_rng(11)
+    flat = rng.uniform(0.0, 1.2, (2 * _LAB_ROWS + 17, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_to_xyz(flat), flat @ _RGB2XYZN.T)
+    img = rng.uniform(0.0, 1.2, (190, 211, 3)).astype(np.float32)  # more than _LAB_ROWS px
+    assert img.shape[0] * img.shape[1] > _LAB_ROWS
+    np.testing.assert_array_equal(_to_xyz(img), img @ _RGB2XYZN.T)
+    lab = linear_to_lab(img)
+    assert lab.shape == img.shape and lab.dtype == np.float32
+    np.testing.assert_array_equal(lab.reshape(-1, 3), linear_to_lab(img.reshape(-1, 3)))
+
+
+def test_learned_rows_on_two_threads_are_the_rows_on_one():
+    """The learned reader's probabilities are computed in two halves of the rows on two
+    threads: the same values as one call."""
+    import cv2
+
+    from vision.learned import resolve_reader
+    from vision.marks import FEATURE_NAMES, MARKS, _predict_rows
+    reader = resolve_reader("default")
+    rng = np.random.default_rng(12)
+    X = rng.uniform(0.0, 1.0, (101, len(FEATURE_NAMES))).astype(np.float32)
+    allowed = rng.random((101, len(MARKS))) < 0.7
+    allowed[:, 0] = True
+    want = reader.predict_proba(X, allowed=allowed)
+    before = cv2.getNumThreads()
+    try:
+        for n in (1, 2):
+            cv2.setNumThreads(n)
+            np.testing.assert_array_equal(_predict_rows(reader, X, allowed), want)
+    finally:
+        cv2.setNumThreads(before)
+
 def test_classifier_window_reads_as_the_whole_sheet(crypts):
     """The neighbourhood filters run on SheetModel.roi; on the whole frame they must give the
     very same measurements and readings."""

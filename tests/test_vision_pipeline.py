@@ -117,26 +117,41 @@ def test_a_read_on_two_threads_is_the_read_on_one(easy_crypts, cv2_threads):
 def test_the_second_thread_follows_opencvs_thread_count(cv2_threads):
     """A batch worker sets cv2.setNumThreads(1): then nothing runs on a second thread."""
     import threading
+    import time
 
     from vision import _geom_threads as gt
+    here = threading.current_thread().name
     where = []
 
     def task(lo, hi):
+        if lo == 0:
+            time.sleep(0.2)  # (the helper surely takes the other half meanwhile)
         where.append(threading.current_thread().name)
         return [i * i for i in range(lo, hi)]
 
     cv2_threads.setNumThreads(1)
     assert gt.threads() == 1
     assert gt.split_map(task, 10) == [i * i for i in range(10)]
-    assert set(where) == {threading.current_thread().name}
+    assert set(where) == {here}
+    assert gt.start(lambda: threading.current_thread().name).result() == here
+    late = gt.start(lambda: {}["late"])  # the error waits for result()
+    with pytest.raises(KeyError, match="late"):
+        late.result()
+    with pytest.raises(ZeroDivisionError, match="division"):
+        gt.both(lambda: 1 / 0, lambda: None)
+
     cv2_threads.setNumThreads(2)
     assert gt.threads() == 2
     where.clear()
     assert gt.split_map(task, 10) == [i * i for i in range(10)]
     assert len(set(where)) == 2
+    # a task the helper has not begun is run by the caller when it needs the result
+    busy = gt.start(lambda: time.sleep(0.3) or "slept")
+    queued = gt.start(lambda: threading.current_thread().name)
+    assert queued.result() == here and busy.result() == "slept"
     # inside the helper thread, work runs in order there (no task waits on its own pool)
-    assert gt.both(gt.threads, lambda: None)[0] == 1
-    # an error of the task on the helper thread reaches the caller
+    assert gt._get_pool().submit(gt.threads).result() == 1
+    # an error of either task reaches the caller
     with pytest.raises(ZeroDivisionError, match="division"):
         gt.both(lambda: 1 / 0, lambda: None)
     with pytest.raises(KeyError, match="here"):

@@ -2,21 +2,26 @@
 
 Why: a player waits for one photo, and the machine has two cores. Several steps of one read
 are independent of each other and spend their time in numpy or OpenCV calls that release the
-GIL (the rectify tiles' phase correlations, the classifier's straight-line search beside its
-other region features), so running two at once shortens the wall time of the read without
-changing a single value: each task computes exactly what it computed in turn.
+GIL (locate's registration and blur checks beside rectification, the rectify tiles' phase
+correlations, the classifier's straight-line search beside its other region features, the
+learned reader's tree walk in two halves), so running two at once shortens the wall time of
+the read without changing a single value: each task computes exactly what it computed in turn.
 
 How many threads: as many as OpenCV is allowed (``cv2.getNumThreads()``), at most two. A batch
 worker sets ``cv2.setNumThreads(1)`` (one photo per core: the workers are the parallelism), and
 then everything here runs in the calling thread, in order, as before. Work submitted from the
-helper thread itself also runs in order (no task waits on a pool it occupies).
+helper thread itself also runs in order there (no task waits on a pool it occupies).
+
+A task handed to the helper is run by whichever thread gets to it first: when the caller needs
+its result and the helper has not started it yet (it is still busy with an earlier task), the
+caller runs it itself instead of waiting idle.
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Generic, Sequence, TypeVar
 
 import cv2
 
@@ -46,29 +51,84 @@ def _get_pool() -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_THREADS - 1, thread_name_prefix="sheetcheck-read",
+            _pool = ThreadPoolExecutor(max_workers=MAX_THREADS - 1,
+                                       thread_name_prefix="sheetcheck-read",
                                        initializer=_mark_worker)
         return _pool
 
 
-def both(first: Callable[[], T], second: Callable[[], object]) -> tuple[T, object]:
-    """``(first(), second())``, the first in the helper thread while the second runs here
-    when two threads are allowed (:func:`threads`), else one after the other.
+class Task(Generic[T]):
+    """``fn()``, run once by whichever thread claims it first (see :func:`start`)."""
 
-    An exception of either is raised here (the first's after the second has finished)."""
+    def __init__(self, fn: Callable[[], T]):
+        self._fn = fn
+        self._claim = threading.Lock()
+        self._claimed = False
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def _take(self) -> bool:
+        with self._claim:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # noqa: BLE001 - raised again by result()
+            self._error = e
+        finally:
+            self._fn = None  # (its closure's arrays are not kept alive by the pool)
+            self._done.set()
+
+    def _run_unless_taken(self) -> None:
+        if self._take():
+            self._run()
+
+    def result(self) -> T:
+        """The value of ``fn()`` (its error raised here): computed here when no thread has
+        started it yet, else waited for."""
+        if self._take():
+            self._run()
+        else:
+            self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def start(fn: Callable[[], T]) -> Task[T]:
+    """Offer ``fn()`` to the helper thread when two threads are allowed (:func:`threads`);
+    ``.result()`` gives its value, computing it in the caller if the helper has not begun it.
+    With one thread, ``fn()`` runs now. For work whose result is needed only after some other
+    work the caller does meanwhile."""
+    task = Task(fn)
+    if threads() < 2:
+        task._run_unless_taken()  # now, in order (its error waits for result())
+    else:
+        _get_pool().submit(task._run_unless_taken)
+    return task
+
+
+def both(first: Callable[[], T], second: Callable[[], object]) -> tuple[T, object]:
+    """``(first(), second())``: the first offered to the helper thread while the second runs
+    here (when two threads are allowed, else one after the other). An error of either is
+    raised here (the second's first: by then the first may still be running)."""
     if threads() < 2:
         return first(), second()
-    fut: Future = _get_pool().submit(first)
+    task = start(first)
     try:
         b = second()
     except BaseException:
-        fut.cancel()
         try:
-            fut.result()
-        except BaseException:
+            task.result()  # (let it finish: it may share the caller's arrays)
+        except BaseException:  # noqa: BLE001 - the second's error is the one raised
             pass
         raise
-    return fut.result(), b
+    return task.result(), b
 
 
 def split_map(fn: Callable[[int, int], Sequence[T]], n: int, *, min_split: int = 2) -> list[T]:
@@ -82,4 +142,4 @@ def split_map(fn: Callable[[int, int], Sequence[T]], n: int, *, min_split: int =
     return list(lo) + list(hi)
 
 
-__all__ = ["MAX_THREADS", "both", "split_map", "threads"]
+__all__ = ["MAX_THREADS", "Task", "both", "split_map", "start", "threads"]

@@ -49,7 +49,7 @@ centre at (x=j+0.5, y=i+0.5)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import cv2
 import numpy as np
@@ -60,6 +60,9 @@ from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffE
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
                                  photo_grey, project, reference_render, scale_matrix,
                                  warp_to_frame)
+from vision._geom_threads import both
+
+_R = TypeVar("_R")
 
 __all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
            "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
@@ -1693,7 +1696,8 @@ def prepare(template: Template, *, markers: bool = True) -> None:
 
 def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
                  templates: Sequence[Template] | None = None,
-                 check_blur: bool = True) -> SheetLocation:
+                 check_blur: bool = True, then: Callable[[SheetLocation], _R] | None = None
+                 ) -> SheetLocation | tuple[SheetLocation, _R]:
     """Find the sheet in a photo, identify its template and compute the homography.
 
     Parameters
@@ -1706,10 +1710,16 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         Candidate templates (default: the bundled ones).
     check_blur : bool, optional
         Raise :class:`BlurryPhotoError` for photos too blurred to read.
+    then : callable, optional
+        The next stage (``vision.pipeline`` passes rectification): called with the location
+        as soon as the homography is known (its details without ``registration`` and
+        ``blur_mm``), while the registration score and the blur check run beside it on a
+        second thread when one is allowed (``vision._geom_threads``). An error of the checks
+        is raised before any of ``then``'s, as when they ran first.
 
     Returns
     -------
-    SheetLocation
+    SheetLocation, or (SheetLocation, then's result) with ``then``
 
     Raises
     ------
@@ -1816,19 +1826,41 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         markers_printed = d.get("markers_printed", False)
         mids = tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
     details.update(_check_in_view(t, H, a.shape, method=method))
-    fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
-    if "registration" not in details:
-        details["registration"] = round(registration_score(grey, H, t, markers=bool(markers_printed),
+    markers_printed = bool(markers_printed)
+
+    def checks() -> dict:
+        out = {}
+        fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
+        if "registration" not in details:
+            out["registration"] = round(registration_score(grey, H, t, markers=markers_printed,
                                                            ink=fink), 4)
-    if check_blur:
-        blur_mm, _ = estimate_blur_mm(grey, H, t, markers=bool(markers_printed), ink=fink)
-        details["blur_mm"] = round(blur_mm, 3)
-        if blur_mm > BLUR_LIMIT_MM:
-            raise BlurryPhotoError(
-                f"the photo is too blurred to read the sheet (the print is smeared over about "
-                f"{blur_mm:.1f} mm; at most {BLUR_LIMIT_MM:.1f} mm can be read).",
-                hint="Hold the phone still, let it focus on the sheet (tap the screen), and retake "
-                     "the photo in good light.")
-    details["markers_printed"] = bool(markers_printed)
-    return SheetLocation(template=t, homography=H, method=method, markers_found=mids,
-                         quality=float(np.clip(quality, 0, 1)), details=details)
+        if check_blur:
+            blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
+            out["blur_mm"] = round(blur_mm, 3)
+            if blur_mm > BLUR_LIMIT_MM:
+                raise BlurryPhotoError(
+                    f"the photo is too blurred to read the sheet (the print is smeared over about "
+                    f"{blur_mm:.1f} mm; at most {BLUR_LIMIT_MM:.1f} mm can be read).",
+                    hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
+                         "retake the photo in good light.")
+        return out
+
+    def located(checked: dict) -> SheetLocation:
+        return SheetLocation(template=t, homography=H, method=method, markers_found=mids,
+                             quality=float(np.clip(quality, 0, 1)),
+                             details={**details, **checked, "markers_printed": markers_printed})
+
+    if then is None:
+        return located(checks())
+
+    def next_stage():
+        # (its error waits until the checks have had theirs: theirs comes first, as before)
+        try:
+            return then(located({})), None
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            return None, e
+
+    checked, (result, err) = both(checks, next_stage)
+    if err is not None:
+        raise err
+    return located(checked), result

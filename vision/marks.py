@@ -46,7 +46,7 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
-from vision._geom_threads import both
+from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
                            linear_to_lab, load_palette)
 
@@ -508,6 +508,17 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
 
 
+def _sig(x: float) -> float:
+    """:func:`_sigmoid` of a Python float, the same value (a NaN clamps to 40 as there), in a
+    third of the time: ``_decide`` calls it ~20 times per region."""
+    if not -40.0 <= x <= 40.0:
+        x = -40.0 if x < -40.0 else 40.0
+    return 1.0 / (1.0 + _exp(-x))
+
+
+_exp = math.exp
+
+
 @dataclass(frozen=True)
 class _Features:
     n: np.ndarray
@@ -633,18 +644,21 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     lbl = model.label
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
     C = np.hypot(a, b)
-    # Coloured: chroma above the paper's noise *and* saturated for its darkness. Graphite is
-    # slightly bluish grey: a dark texel with a little chroma is graphite, not a pencil colour.
-    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0)) & ok
-    dark = (L < th["dark_l"]) & ~col & ok
-    # A pencil stroke is a connected trail of texels; noise is isolated pixels. Keep texels
-    # with at least two marked neighbours (3x3) so that coverage counts strokes, not noise.
     # (every neighbourhood filter below runs on the window around the regions, SheetModel.roi)
     if model.roi is not None and model.roi_pix is not None:
         (r0, r1, c0, c1), rpix = model.roi, model.roi_pix
     else:
         (r0, r1, c0, c1), rpix = _roi(model.pix, model.shape)
     H, W = r1 - r0, c1 - c0
+    # the ink strength's gradient and contrast read nothing computed below: they run beside
+    # the texel counts when a second core is allowed (vision._geom_threads; same values)
+    grads = start(lambda: _ink_gradients(C, L, ok, th, rpix, (H, W), lines=lines))
+    # Coloured: chroma above the paper's noise *and* saturated for its darkness. Graphite is
+    # slightly bluish grey: a dark texel with a little chroma is graphite, not a pencil colour.
+    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0)) & ok
+    dark = (L < th["dark_l"]) & ~col & ok
+    # A pencil stroke is a connected trail of texels; noise is isolated pixels. Keep texels
+    # with at least two marked neighbours (3x3) so that coverage counts strokes, not noise.
     img = np.zeros(H * W, np.uint8)
     img[rpix[col | dark]] = 1
     nsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[rpix]
@@ -694,22 +708,8 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     cos_h, sin_h = np.cos(rad), np.sin(rad)
     k_sx, k_sy = acc.add(ww * cos_h), acc.add(ww * sin_h)
     k_ww, k_wc, k_win = acc.add(ww), acc.add(wc), acc.add(win)
-    # Stroke orientation coherence: hatching, zigzag and back-and-forth fills lay strokes in
-    # one direction; a cross (two directions) or a scribbled-out region (many) does not.
-    # Measured on the gradient of the ink strength (chroma + darkness) inside the region.
-    strength = np.zeros(H * W, np.float32)
-    strength[rpix] = np.where(ok, C + np.maximum(th["paper_l"] - L, 0.0), 0.0)
-    sg = cv2.GaussianBlur(strength.reshape(H, W), (0, 0), 1.0)
-    gx = cv2.Sobel(sg, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[rpix]
-    gy = cv2.Sobel(sg, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[rpix]
-    # ink contrast of every pixel in units of this photo's paper noise (chroma above the
-    # paper's, or darker than it; the larger), for the straight-line search and its kin
+    gx, gy, zp = grads.result()
     if lines:
-        c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
-        l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
-        zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
-                        (float(th["paper_l"]) - L) / l_sd)
-        zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
         # the straight-line search reads only zp, ok and the gradients: it runs beside the
         # sums below when a second core is allowed (vision._geom_threads; same values)
         line_out, (S, k) = both(
@@ -755,6 +755,31 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
                      np.minimum(k["dl1"], k["dl2"]), np.maximum(k["dl1"], k["dl2"]),
                      k["fdl"].max(axis=1), bare_core, faint_tint, faint_hue_r, ink_drop, lines=lines)
 
+
+def _ink_gradients(C: np.ndarray, L: np.ndarray, ok: np.ndarray, th: Mapping[str, float],
+                   rpix: np.ndarray, roi_shape: tuple[int, int], *, lines: bool):
+    """The gradient of the ink strength at the region pixels ``(gx, gy)`` and, with
+    ``lines``, the ink contrast ``zp`` (else None): what :func:`_measure` reads of the pixels'
+    neighbourhoods besides the texel counts (apart so that it can run beside them)."""
+    H, W = roi_shape
+    # Stroke orientation coherence: hatching, zigzag and back-and-forth fills lay strokes in
+    # one direction; a cross (two directions) or a scribbled-out region (many) does not.
+    # Measured on the gradient of the ink strength (chroma + darkness) inside the region.
+    strength = np.zeros(H * W, np.float32)
+    strength[rpix] = np.where(ok, C + np.maximum(th["paper_l"] - L, 0.0), 0.0)
+    sg = cv2.GaussianBlur(strength.reshape(H, W), (0, 0), 1.0)
+    gx = cv2.Sobel(sg, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[rpix]
+    gy = cv2.Sobel(sg, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[rpix]
+    zp = None
+    if lines:
+        # ink contrast of every pixel in units of this photo's paper noise (chroma above the
+        # paper's, or darker than it; the larger), for the straight-line search and its kin
+        c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
+        l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
+        zp = np.maximum((C - float(th.get("paper_chroma", 0.0))) / c_sd,
+                        (float(th["paper_l"]) - L) / l_sd)
+        zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
+    return gx, gy, zp
 
 def _measure_more(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], ok: np.ndarray,
                   w: np.ndarray, ink: np.ndarray, faint: np.ndarray, C: np.ndarray, L: np.ndarray,
@@ -1159,11 +1184,11 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
     return X
 
 
-def _measure_halo(f: _Features, lab: np.ndarray, model: SheetModel, th: Mapping[str, float],
-                  valid: np.ndarray | None) -> _Features:
+def _measure_halo(lab: np.ndarray, model: SheetModel, th: Mapping[str, float],
+                  valid: np.ndarray | None) -> dict[str, np.ndarray]:
     """Ink around each area region (SheetModel.halo_pix): on its extended diagonals (a
-    crossing-out running on) and elsewhere (a neighbour's overshoot, a careless fill)."""
-    from dataclasses import replace
+    crossing-out running on) and elsewhere (a neighbour's overshoot, a careless fill). The
+    ``_Features`` fields ``halo_diag``, ``halo_off`` and ``halo_dark_diag``."""
     R = len(model.region_ids)
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
     C = np.hypot(a, b)
@@ -1174,9 +1199,9 @@ def _measure_halo(f: _Features, lab: np.ndarray, model: SheetModel, th: Mapping[
     lbl, dg = model.halo_label, model.halo_diag
     nd = np.maximum(np.bincount(lbl, dg & ok, R), 1)
     no = np.maximum(np.bincount(lbl, ~dg & ok, R), 1)
-    return replace(f, halo_diag=np.bincount(lbl, ink & dg, R) / nd,
-                   halo_off=np.bincount(lbl, ink & ~dg, R) / no,
-                   halo_dark_diag=np.bincount(lbl, dark & ok & dg, R) / nd)
+    return {"halo_diag": np.bincount(lbl, ink & dg, R) / nd,
+            "halo_off": np.bincount(lbl, ink & ~dg, R) / no,
+            "halo_dark_diag": np.bincount(lbl, dark & ok & dg, R) / nd}
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -1254,15 +1279,17 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         if valid is not None:
             pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
         th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
-        return th, (linear_to_lab(sample(model.halo_pix)) if has_halo else None)
+        halo = (_measure_halo(linear_to_lab(sample(model.halo_pix)), model, th, valid)
+                if has_halo else None)
+        return th, halo
 
     def regions():
         # Pencil on print multiplies its reflectance: divide the print out.
         return linear_to_lab(sample(model.pix) / model.divisor)
 
-    # (independent pixels: the paper and the halo beside the regions when a second core is
-    # allowed, vision._geom_threads; the same values either way)
-    (th, lab_halo), lab = both(paper_and_halo, regions)
+    # (independent pixels: the paper statistics and the halo's ink beside the regions' Lab
+    # when a second core is allowed, vision._geom_threads; the same values either way)
+    (th, halo), lab = both(paper_and_halo, regions)
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
@@ -1270,8 +1297,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     need_lines = keep_matrix or (learned is not None
                                  and not LINE_FEATURES.isdisjoint(learned.feature_names))
     f = _measure(lab, model, th, ok, lines=need_lines)
-    if has_halo:
-        f = _measure_halo(f, lab_halo, model, th, valid)
+    if halo is not None:
+        f = replace(f, **halo)
 
     regions = [model.template.region(rid) for rid in model.region_ids]
     # --- calibrate the palette on this photo ---------------------------------------------
@@ -1318,7 +1345,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         # gate for unusable photos; the photo's quality figures are features of the model.
         from vision.learned import combine, photo_doubt
         allowed = np.array([[m in r.marks for m in MARKS] for r in regions], bool)
-        probs = learned.predict_proba(matrix, allowed=allowed)
+        probs = _predict_rows(learned, matrix, allowed)
         doubt = photo_doubt(probs)
         for i, r in enumerate(regions):
             readings[r.id] = combine(readings[r.id], probs[i], classes=MARKS, rule=learned.rule,
@@ -1333,6 +1360,20 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.alternatives, rd.features,
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix)
+
+
+def _predict_rows(learned, matrix: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``learned.predict_proba(matrix, allowed=allowed)``, the two halves of the rows on two
+    threads when allowed (vision._geom_threads). Each row's probabilities depend on that row
+    alone, and the tree walk's numpy steps release the GIL: the same values in about half the
+    wall time (the walk is the classifier's largest single cost, ~7 ms a 12 MP photo)."""
+    n = matrix.shape[0]
+    if n < 32 or threads() < 2:
+        return learned.predict_proba(matrix, allowed=allowed)
+    m = n // 2
+    hi, lo = both(lambda: learned.predict_proba(matrix[m:], allowed=allowed[m:]),
+                  lambda: learned.predict_proba(matrix[:m], allowed=allowed[:m]))
+    return np.concatenate([lo, hi])
 
 
 def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: float,
@@ -1357,23 +1398,23 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     else:
         # a stroke along most of a diagonal, with the sectors bare, is a mark even when it
         # covers little area
-        x_line = float(max(_sigmoid((f.dlen_min[i] - 0.6) / 0.08), _sigmoid((f.dlen_max[i] - 0.75) / 0.06))
-                       * _sigmoid((0.15 - f.off_cov[i]) / 0.03)) if f.x_ok[i] else 0.0
+        x_line = float(max(_sig((f.dlen_min[i] - 0.6) / 0.08), _sig((f.dlen_max[i] - 0.75) / 0.06))
+                       * _sig((0.15 - f.off_cov[i]) / 0.03)) if f.x_ok[i] else 0.0
         evidence = max(cover, 0.15 * x_line) if can_cross else cover
     if is_line:
-        p_marked = float(_sigmoid((evidence - line_cover) / line_scale))
+        p_marked = float(_sig((evidence - line_cover) / line_scale))
     elif "written" in allowed and not colours:
         # handwriting covers little of a number box; texels are still far above paper noise
-        p_marked = float(_sigmoid((evidence - written_cover) / (cover_scale * 0.5)))
+        p_marked = float(_sig((evidence - written_cover) / (cover_scale * 0.5)))
     else:
-        p_marked = float(_sigmoid((evidence - empty_cover) / cover_scale))
+        p_marked = float(_sig((evidence - empty_cover) / cover_scale))
     # Faint evidence (a light hand, a washed-out photo) cannot make a mark, but it makes
     # "empty" doubtful: a person should look.
     faint_ev = float(f.faint_line[i]) if is_line else float(f.faint_cover[i])
     # (a faint trail along most of a connection; for areas, faint texels over a good part of
     # the region: print residue and JPEG fringes stay well below that)
     faint_thr = 0.5 if is_line else 0.25
-    p_faint = float(_sigmoid((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
+    p_faint = float(_sig((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
     if is_line:
         # Only for connections: a faint trail along a segment is structure that noise does
         # not make, while faint texels inside a printed area are mostly print fringe.
@@ -1382,23 +1423,23 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         # A number box is bare, unprinted paper: faint strokes over even a small part of it
         # (light graphite digits) are far beyond what its paper noise leaves, so "empty" is
         # doubtful (a person should look), though too faint to call written.
-        p_marked = max(p_marked, 0.5 * float(_sigmoid((float(f.faint_cover[i]) - 0.06) / 0.015)))
+        p_marked = max(p_marked, 0.5 * float(_sig((float(f.faint_cover[i]) - 0.06) / 0.015)))
     else:
         if can_cross and f.x_ok[i]:
             # likewise a faint trail along most of a diagonal: a light graphite slash or cross
-            p_marked = max(p_marked, 0.5 * float(_sigmoid((f.faint_dlen_max[i] - 0.7) / 0.06)))
+            p_marked = max(p_marked, 0.5 * float(_sig((f.faint_dlen_max[i] - 0.7) / 0.06)))
         if colours:
             # A pale pencil (a hard lead, a light hand) may stay under the "coloured" level, but
             # faint texels of one hue over a good part of the region are not paper: "empty"
             # is doubtful and a person should look.
-            p_marked = max(p_marked, 0.5 * float(_sigmoid((float(f.faint_tint[i]) - 0.12) / 0.02)
-                                                 * _sigmoid((float(f.faint_hue_r[i]) - 0.85) / 0.03)))
+            p_marked = max(p_marked, 0.5 * float(_sig((float(f.faint_tint[i]) - 0.12) / 0.02)
+                                                 * _sig((float(f.faint_hue_r[i]) - 0.85) / 0.03)))
     probs: dict[str, float] = {m: 0.0 for m in allowed}
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
     # Dark pencils (blue, purple, green) in dim light leave some texels too dark to show
     # their chroma; only a mark that is mostly grey is graphite.
-    p_grey = float(_sigmoid((0.25 - coloured_share) / 0.04))
+    p_grey = float(_sig((0.25 - coloured_share) / 0.04))
     if "written" in allowed and not colours:
         probs["written"] = p_marked
     else:
@@ -1411,11 +1452,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # X: both diagonals inked, sectors bare. Slash: one diagonal, thin (a fill along a
             # diagonal covers a broad swath, a slash a stroke). Fill: sectors or area covered.
             lmin, lmax = float(f.dlen_min[i]), float(f.dlen_max[i])
-            lx = float(_sigmoid((dmin - off - 0.15) / 0.04) * _sigmoid((0.15 - off) / 0.03)
-                       * _sigmoid((lmin - 0.6) / 0.08))
+            lx = float(_sig((dmin - off - 0.15) / 0.04) * _sig((0.15 - off) / 0.03)
+                       * _sig((lmin - 0.6) / 0.08))
             # slash: one stroke along most of one diagonal, sectors bare, little area
-            ls = float(_sigmoid((lmax - 0.7) / 0.06) * _sigmoid((0.15 - off) / 0.03)
-                       * _sigmoid((0.35 - cover) / 0.05))
+            ls = float(_sig((lmax - 0.7) / 0.06) * _sig((0.15 - off) / 0.03)
+                       * _sig((0.35 - cover) / 0.05))
             if not f.x_ok[i]:
                 lx = ls = 0.0  # too little unprinted area to see arms and sectors
             lx_raw, ls_raw = lx, ls
@@ -1423,29 +1464,29 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # leaves most of it bare. A sparse mark whose strokes run one way (a light
             # hatch) may still be a fill: that case is left undecided.
             # (density counts faint texels too: a light hand's fill is still a fill)
-            dense = float(_sigmoid((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04))
+            dense = float(_sig((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04))
             if f.x_ok[i]:
                 # ... and a fill covers the sectors between the diagonals, not only the arms
-                dense *= float(_sigmoid((off - 0.3) / 0.05))
-            incoherent = float(_sigmoid((0.4 - float(f.coherence[i])) / 0.06))
+                dense *= float(_sig((off - 0.3) / 0.05))
+            incoherent = float(_sig((0.4 - float(f.coherence[i])) / 0.06))
             # (one pencil: strokes of several colours are overshoots from neighbours or print
             # fringe, not a crossing-out; this holds for the X and slash patterns too)
-            one_pencil = float(_sigmoid((float(f.purity[i]) - 0.8) / 0.05))
+            one_pencil = float(_sig((float(f.purity[i]) - 0.8) / 0.05))
             lx, ls = lx * one_pencil, ls * one_pencil
             # A sparse, many-way scribble in one pencil may cross a region out or be a light,
             # careless fill: which one, only a person can say. It is "cannot tell", not
             # evidence for either (with bare paper between its loops it is no dense fill).
             scribble = ((1.0 - dense) * incoherent * one_pencil
-                        * float(_sigmoid((cover - 0.15) / 0.03))
-                        * float(_sigmoid((float(f.bare_core[i]) - 0.03) / 0.015)))
+                        * float(_sig((cover - 0.15) / 0.03))
+                        * float(_sig((float(f.bare_core[i]) - 0.03) / 0.015)))
             lx = max(lx, ls)
             if not f.x_ok[i]:
                 lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
             # Parallel strokes over a good part of the region are hatching (a light fill) as
             # much as they could be a thick slash: evidence for a fill, so those stay undecided.
             coh = float(f.coherence[i])
-            hatch = float(_sigmoid((coh - 0.45) / 0.07) * _sigmoid((cover - 0.2) / 0.05))
-            lx *= float(_sigmoid((0.6 - coh) / 0.07)) if lx > ls else 1.0
+            hatch = float(_sig((coh - 0.45) / 0.07) * _sig((cover - 0.2) / 0.05))
+            lx *= float(_sig((0.6 - coh) / 0.07)) if lx > ls else 1.0
             lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
@@ -1460,18 +1501,18 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 # (two strokes of a pencil's width cover well under three quarters of a
                 # region; a fill, even a careless one, covers more)
                 # Strokes laid one way over most of the region are hatching: a fill too.
-                lf_hidden = max(float(_sigmoid((cover - 0.72) / 0.025)),
-                                float(_sigmoid((coh - 0.6) / 0.03) * _sigmoid((cover - 0.55) / 0.04)))
+                lf_hidden = max(float(_sig((cover - 0.72) / 0.025)),
+                                float(_sig((coh - 0.6) / 0.03) * _sig((cover - 0.55) / 0.04)))
                 p_x = 0.5 * (1.0 - lf_hidden)
             # Graphite (grey texels) crosses out, but grey alone is also shadow, dirt, print
             # bleed or a dark pencil in dim light: crossed is sure only with a crossing-out's
             # structure (X, slash, scribble) or a coverage no stray grey reaches.
             # (the diagonal lengths are measured even where the sectors are hidden by print)
             # (independent cues of line work combine: any one of them is evidence)
-            cues = (float(lx_raw), float(ls_raw), float(_sigmoid((cover - 0.3) / 0.04)),
-                    float(_sigmoid((lmin - 0.45) / 0.05)), float(_sigmoid((lmax - 0.65) / 0.05)),
+            cues = (float(lx_raw), float(ls_raw), float(_sig((cover - 0.3) / 0.04)),
+                    float(_sig((lmin - 0.45) / 0.05)), float(_sig((lmax - 0.65) / 0.05)),
                     # grey strokes with bare paper between them: line work, not a smudge
-                    float(_sigmoid((cover - 0.15) / 0.03) * _sigmoid((float(f.bare_core[i]) - 0.08) / 0.03)))
+                    float(_sig((cover - 0.15) / 0.03) * _sig((float(f.bare_core[i]) - 0.08) / 0.03)))
             s_grey = 1.0 - math.prod(1.0 - c for c in cues)
             p_cross = p_grey * (0.5 + 0.5 * s_grey) + (1 - p_grey) * p_x
         else:
@@ -1495,7 +1536,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 pc = {c: v / tot for c, v in lik.items()}
             # A hue far from every pencil (best distance beyond 3 spreads) is not trusted;
             # nor is a grey mark where only colours are allowed.
-            fit = float(_sigmoid((3.0 - min(d.values())) / 0.4))
+            fit = float(_sig((3.0 - min(d.values())) / 0.4))
             if not can_cross:
                 fit *= 1.0 - p_grey
             for c in colours:
@@ -1516,9 +1557,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     # Probability lost to "no pencil fits" or "not sure it is marked" must lower confidence,
     # not be renormalised away.
     if mark in hues:
-        conf = min(conf, p_marked, float(_sigmoid((3.0 - d[mark]) / 0.4)))
+        conf = min(conf, p_marked, float(_sig((3.0 - d[mark]) / 0.4)))
         # a mix of colours in one region
-        conf = min(conf, float(_sigmoid((f.purity[i] - 0.6) / 0.06)))
+        conf = min(conf, float(_sig((f.purity[i] - 0.6) / 0.06)))
         if "crossed" not in allowed:
             conf = min(conf, 1.0 - p_grey)
         if prior is not None and pal is not prior:

@@ -56,7 +56,7 @@ import numpy as np
 
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
                                  paper_level, photo_grey, project, reference_render)
-from vision._geom_threads import split_map
+from vision._geom_threads import both, split_map, threads
 from vision.locate import SheetLocation
 
 __all__ = ["RectifiedSheet", "rectify_sheet", "prepare", "measure_alignment", "frame_position"]
@@ -714,7 +714,14 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     # flags flipped; hard dev x150: confident errors 0 -> 1, accuracy 93.33 -> 93.29 %.)
     check = functools.partial(measure_pass, dpi_f, fine_tile, fine_tile,
                               max_shift=0.4 * MAX_SHIFT_MM * kf)
-    s2, w2, _ = check(disp, every=2)
+    resampled = None
+    if threads() > 1 and not (bent and field_f is not None):
+        # A flat page keeps ``disp`` unless the check below rejects it (rare): with a second
+        # core, the final resampling through it runs beside the check (the same picture),
+        # and is thrown away only when the check says so.
+        (s2, w2, _), resampled = both(lambda: check(disp, every=2), lambda: finish(disp))
+    else:
+        s2, w2, _ = check(disp, every=2)
     after = _median_misalignment(s2, w2)
     if bent and field_f is not None:
         # --- a bent page: the crest passes (see CREST_TILE), kept only when they line the
@@ -761,7 +768,7 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
                      info["residual_px_plain"]})
         out, valid = finish(None)
         return RectifiedSheet(image=out, dpi=float(dpi), valid=valid, refinement=info)
-    out, valid = finish(disp)
+    out, valid = resampled if resampled is not None else finish(disp)
     step = 16
     G = _grid(size, step)
     D = disp(G)
