@@ -246,12 +246,14 @@ MARK_MIN_READINGS = 3000
 
 
 def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margin: float,
-                   floor: dict | None = None) -> tuple[DecisionRule, dict]:
+                   floor: dict | None = None, min_readings: int | None = None) -> tuple[DecisionRule, dict]:
     """Thresholds per mark read (``DecisionRule.by_mark``), each chosen like the global rule:
     the most confident readings of that mark with no confident error even when its learned
     thresholds are loosened by the margin; the photo gates stay the global rule's. No
-    threshold is looser than ``floor`` (default ``MARK_FLOOR``)."""
+    threshold is looser than ``floor`` (default ``MARK_FLOOR``); a mark with fewer than
+    ``min_readings`` readings (default ``MARK_MIN_READINGS``) keeps the rule above."""
     floor = MARK_FLOOR if floor is None else floor
+    min_readings = MARK_MIN_READINGS if min_readings is None else min_readings
     mark_l = p.argmax(axis=1)
     p_l = p.max(axis=1)
     gate = (pconf >= base.photo_gate) & (doubt <= base.photo_doubt_max) & (mark_l == mark_h)
@@ -262,7 +264,7 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
     for m, name in enumerate(MARKS):
         sel = gate & (mark_l == m)
         counts[name] = {"readings": int(sel.sum())}
-        if sel.sum() < MARK_MIN_READINGS:
+        if sel.sum() < min_readings:
             continue  # the global thresholds
         best = None
         # (this mark's readings only, and its wrong ones apart: the same counts, much faster)
@@ -291,20 +293,39 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
 #: calibration rows are fewer, and the floor keeps a reading on a clear photo from becoming
 #: confident on a probability the rows cannot vouch for.
 TIER_FLOOR = {"learned_min": 0.99, "hand_min": REVIEW_THRESHOLD, "learned_alone": 0.995}
+#: A tier's mark, or a kind's mark within a tier, gets its own thresholds only with at least
+#: this many readings there: every subset chosen apart is one more chance that its rarest
+#: error was not in the calibration rows (on the dev corpora, tiers per kind from 3000
+#: readings, and a third tier at doubt 0.05, let a faint cross read empty at 0.998 through).
+TIER_MIN_READINGS = 5000
+_FOUR = ("hand_min", "learned_min", "learned_alone", "hand_floor")
+
+
+def _stricter(a: dict, b: dict) -> dict:
+    """Thresholds confident only where both ``a`` and ``b`` are (each component the larger)."""
+    return {k: max(a[k], b[k]) for k in _FOUR}
 
 
 def choose_tiers(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, kind, *, bounds,
                  margin: float):
     """``DecisionRule.tiers`` for the doubt bounds: per bound, thresholds per mark chosen like
     :func:`choose_by_mark` on the rows of photos whose doubt is at most the bound, then per
-    region kind and mark on that kind's rows there (marks with too few readings, or no rule
-    without error, keep the rule above)."""
+    region kind and mark on that kind's rows there (marks with fewer than
+    ``TIER_MIN_READINGS`` readings, or no rule without error, keep the rule above). Tiers are
+    then made monotone: a photo in doubt is never read more loosely than a clearer one (every
+    tier's thresholds for a kind and mark are at least those of the tier below it)."""
     from dataclasses import replace
 
     def chosen(sel):
         r, counts = choose_by_mark(base, p[sel], mark_h[sel], c_h[sel], pconf[sel], y[sel],
-                                   doubt[sel], margin=margin, floor=TIER_FLOOR)
+                                   doubt[sel], margin=margin, floor=TIER_FLOOR,
+                                   min_readings=TIER_MIN_READINGS)
         return {m: t for m, t in (r.by_mark or {}).items() if t["learned_min"] <= 1.0}, counts
+
+    def lookup(tier, kd, m):
+        t = (tier[2].get(kd) or {}).get(m) if kd is not None else None
+        t = t or tier[1].get(m)
+        return t or dict(zip(_FOUR, base.thresholds(m)))
 
     tiers, report = [], {}
     for bound in sorted(bounds):
@@ -316,6 +337,15 @@ def choose_tiers(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, kind, *, b
             if km:
                 kinds[kd] = km
         report[str(bound)] = {"rows": int(sel.sum()), "marks": counts, "kinds": kind_counts}
+        if tiers:
+            # monotone: never looser than the tier below, for any kind and mark it names
+            below = tiers[-1]
+            for m in set(marks) | set(below[1]):
+                marks[m] = _stricter(lookup((bound, marks, kinds), None, m), lookup(below, None, m))
+            for kd in set(kinds) | set(below[2]):
+                for m in set(kinds.get(kd, {})) | set(below[2].get(kd, {})):
+                    kinds.setdefault(kd, {})[m] = _stricter(lookup((bound, marks, kinds), kd, m),
+                                                            lookup(below, kd, m))
         if marks or kinds:
             tiers.append((float(bound), marks, kinds))
     rule = replace(base, tiers=tuple(tiers))

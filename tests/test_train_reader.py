@@ -34,6 +34,7 @@ def _rows(rng, n, p_empty, doubt, *, wrong_at=None):
 def test_tiers_are_chosen_on_clear_photos_alone_and_never_admit_an_error(monkeypatch):
     rng = np.random.default_rng(0)
     monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
+    monkeypatch.setattr(train_reader, "TIER_MIN_READINGS", 500)
     # clear photos: empties at ~0.998, one faint blue mark read empty at 0.99;
     # unclear photos: empties at ~0.9990, one hidden mark read empty at 0.9996
     clear = _rows(rng, 3000, 0.998, 0.005, wrong_at=0.99)
@@ -84,3 +85,22 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
         train_reader.load_sets([save("fresh.npz", [500001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
+
+
+def test_a_photo_in_doubt_is_never_read_more_loosely_than_a_clearer_one(monkeypatch):
+    rng = np.random.default_rng(1)
+    monkeypatch.setattr(train_reader, "TIER_MIN_READINGS", 500)
+    # clear photos (doubt 0): boxes with an error at 0.9975; a little doubt (0.01): boxes
+    # whose only error sits at 0.99, so alone they would get looser thresholds
+    clear = _rows(rng, 2000, 0.9995, 0.0, wrong_at=0.9975)
+    some = _rows(rng, 2000, 0.998, 0.01, wrong_at=0.99)
+    cat = {k: np.concatenate([clear[k], some[k]]) for k in clear}
+    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
+    rule, _ = train_reader.choose_tiers(base, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
+                                        cat["y"], cat["doubt"], cat["kind"], bounds=[0, 0.015],
+                                        margin=1.5)
+    for kind in ("box", None):
+        t0, t1 = rule.thresholds("empty", 0.0, kind), rule.thresholds("empty", 0.01, kind)
+        assert all(b >= a for a, b in zip(t0, t1)), (kind, t0, t1)
+    # the clear tier stays above its own error
+    assert train_reader.relax(rule.thresholds("empty", 0.0, "box")[2], 1.5) > 0.9975
