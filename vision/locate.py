@@ -60,7 +60,7 @@ from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffE
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
                                  photo_grey, project, reference_render, scale_matrix,
                                  warp_to_frame)
-from vision._geom_threads import both
+from vision._geom_threads import both, split_map
 
 _R = TypeVar("_R")
 
@@ -264,11 +264,12 @@ def detect_markers(grey: np.ndarray, *, dictionary: str = "DICT_4X4_50",
     out: dict[int, np.ndarray] = {}
     if ids is None:
         return out
-    for c, i in zip(corners, ids.ravel()):
-        c = c.reshape(4, 2).astype(np.float64)
-        # small index coords -> full index coords (pixel centres at integers in both)
-        c = (c + 0.5) / f - 0.5
-        cc = _refine_marker_corners(grey, c)
+    # small index coords -> full index coords (pixel centres at integers in both)
+    rough = [(c.reshape(4, 2).astype(np.float64) + 0.5) / f - 0.5 for c in corners]
+    # each marker's corners refined on its own (two at a time when a second core is allowed)
+    refined = split_map(lambda lo, hi: [_refine_marker_corners(grey, c) for c in rough[lo:hi]],
+                        len(rough))
+    for cc, i in zip(refined, ids.ravel()):
         pts = cc + 0.5  # index -> project px convention
         if int(i) in out:
             prev = out[int(i)]

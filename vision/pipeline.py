@@ -2,7 +2,10 @@
 
 :func:`read_photo` is the one function the command line, the batch runner and the server call.
 Each stage is a pure function in its own module; this module only chains them, times them and
-caches what depends on the template alone (the clean render and the sampling geometry).
+caches what depends on the template alone (the clean render and the sampling geometry). With
+two threads allowed (``cv2.getNumThreads() > 1``, the default on a two-core machine; a batch
+worker sets one), independent work within and between stages runs side by side
+(``vision._geom_threads``), with the same results.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ class SheetReading:
     palette : Palette
         The pencil palette as calibrated on this photo.
     timings_ms : mapping
-        Per stage (decode, locate, rectify, light, classify) and ``total``.
+        Per stage (decode, locate, rectify, light, classify) and ``total``. ``locate`` ends
+        when the homography is known: locate's registration and blur checks run beside
+        rectification (on a second core when allowed) and are timed with ``rectify``.
     details : mapping
         Photo size and format, light and refinement figures, thresholds.
     rectified, normalised : ndarray or None
