@@ -90,9 +90,13 @@ def test_sheet_model_is_built_once_per_template_and_dpi():
 
 
 @pytest.fixture
-def cv2_threads():
-    """Restores OpenCV's thread count after a test that changes it."""
+def cv2_threads(monkeypatch):
+    """OpenCV's thread count, restored after the test; the machine taken as having an idle core
+    (vision._geom_threads.idle_core), so that two threads are used however busy it is."""
     import cv2
+
+    from vision import _geom_threads
+    monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)
     before = cv2.getNumThreads()
     yield cv2
     cv2.setNumThreads(before)
@@ -156,3 +160,26 @@ def test_the_second_thread_follows_opencvs_thread_count(cv2_threads):
         gt.both(lambda: 1 / 0, lambda: None)
     with pytest.raises(KeyError, match="here"):
         gt.both(lambda: None, lambda: {}["here"])
+
+
+def test_no_second_thread_while_no_core_is_idle(cv2_threads, monkeypatch):
+    """A helper thread that has to wait for a core makes the read wait for it: on a machine
+    whose load average fills its cores, a read stays on one thread."""
+    import os
+
+    from vision import _geom_threads as gt
+    monkeypatch.undo()  # the real idle_core
+    cv2_threads.setNumThreads(2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 1.0, 1.0))
+    assert not gt.idle_core() and gt.threads() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 3.0, 3.0))  # (the last minute counts)
+    assert gt.idle_core() and gt.threads() == 2
+
+    def unavailable():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", unavailable)
+    assert gt.idle_core() and gt.threads() == 2
+    cv2_threads.setNumThreads(1)
+    assert gt.threads() == 1

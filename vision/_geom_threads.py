@@ -7,10 +7,14 @@ correlations, the classifier's straight-line search beside its other region feat
 learned reader's tree walk in two halves), so running two at once shortens the wall time of
 the read without changing a single value: each task computes exactly what it computed in turn.
 
-How many threads: as many as OpenCV is allowed (``cv2.getNumThreads()``), at most two. A batch
-worker sets ``cv2.setNumThreads(1)`` (one photo per core: the workers are the parallelism), and
-then everything here runs in the calling thread, in order, as before. Work submitted from the
-helper thread itself also runs in order there (no task waits on a pool it occupies).
+How many threads: as many as OpenCV is allowed (``cv2.getNumThreads()``), at most two, and one
+while the machine has no idle core (1-minute load average at least the core count less a
+half). A batch worker sets ``cv2.setNumThreads(1)`` (one photo per core: the workers are the
+parallelism), and then everything here runs in the calling thread, in order, as before. Work
+submitted from the helper thread itself also runs in order there (no task waits on a pool it
+occupies). Why the load: a helper thread that must wait for a core makes the caller wait for
+it (measured on a machine with ~5 busy processes on its 2 cores: 12 MP read 331 ms on two
+threads, 209 ms on one); with a core idle it shortens the read.
 
 A task handed to the helper is run by whichever thread gets to it first: when the caller needs
 its result and the helper has not started it yet (it is still busy with an earlier task), the
@@ -19,6 +23,7 @@ caller runs it itself instead of waiting idle.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Generic, Sequence, TypeVar
@@ -35,12 +40,24 @@ _pool: ThreadPoolExecutor | None = None
 _inside = threading.local()
 
 
+def idle_core() -> bool:
+    """Whether the machine has a core to spare: its 1-minute load average (which counts this
+    process's own work too) is below the number of cores less a half. True where the load
+    average is not available."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return True
+    return load < (os.cpu_count() or 1) - 0.5
+
+
 def threads() -> int:
-    """Threads one read may use now: ``min(MAX_THREADS, cv2.getNumThreads())``, 1 inside the
-    helper thread."""
+    """Threads one read may use now: ``min(MAX_THREADS, cv2.getNumThreads())`` while a core is
+    idle (:func:`idle_core`), else 1; 1 inside the helper thread."""
     if getattr(_inside, "worker", False):
         return 1
-    return max(1, min(MAX_THREADS, int(cv2.getNumThreads())))
+    n = max(1, min(MAX_THREADS, int(cv2.getNumThreads())))
+    return n if n < 2 or idle_core() else 1
 
 
 def _mark_worker() -> None:
@@ -142,4 +159,4 @@ def split_map(fn: Callable[[int, int], Sequence[T]], n: int, *, min_split: int =
     return list(lo) + list(hi)
 
 
-__all__ = ["MAX_THREADS", "Task", "both", "split_map", "start", "threads"]
+__all__ = ["MAX_THREADS", "Task", "both", "idle_core", "split_map", "start", "threads"]
