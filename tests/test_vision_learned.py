@@ -285,15 +285,23 @@ def test_doubt_tiers_loosen_a_mark_only_on_photos_clear_enough(model_doc):
         model_from_dict(doc)
 
 
-def test_the_default_reader_v3_loads_and_reproduces_its_training_probabilities():
-    """reader-v3 (the default, docs/EVALUATION.md): every feature it names is measured, and
-    the JSON trees give scikit-learn's probabilities."""
+def test_the_default_reader_v4_loads_and_reproduces_its_training_probabilities():
+    """reader-v4 (the default, docs/EVALUATION.md): every feature it names is measured, the
+    JSON trees give scikit-learn's probabilities, and its rule has doubt tiers."""
     from vision.learned import DEFAULT_MODEL
-    assert DEFAULT_MODEL.name == "reader-v3.json"
+    assert DEFAULT_MODEL.name == "reader-v4.json"
     from vision.learned import MODEL_DIR
-    path = MODEL_DIR / "reader-v3.json"
+    path = MODEL_DIR / "reader-v4.json"
     model = load_model(path)
     assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
+    assert [t[0] for t in model.rule.tiers] == [0.0, 0.015]
+    # a clear photo is read at least as loosely as one in some doubt, for every kind and mark;
+    # a photo in more doubt than every tier takes the rule without tiers
+    for kind in ("box", "connection", "symbol", "star", None):
+        for mark in MARKS:
+            t0, t1 = model.rule.thresholds(mark, 0.0, kind), model.rule.thresholds(mark, 0.01, kind)
+            assert all(a <= b for a, b in zip(t0, t1)), (kind, mark, t0, t1)
+            assert model.rule.thresholds(mark, 0.5, kind) == model.rule.thresholds(mark)
     check = json.loads(path.with_suffix(".check.json").read_text())
     X, want = np.asarray(check["X"], np.float32), np.asarray(check["proba"])
     np.testing.assert_allclose(model.predict_proba(X, calibrated=False), want, atol=2e-5)
