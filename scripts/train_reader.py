@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Train the learned reader and export it to JSON (``calibration/models/reader-v3.json``).
+"""Train the learned reader and export it to JSON (``calibration/models/reader-v4.json``).
 
     .venv/bin/python scripts/train_reader.py --train /tmp/reader-data/train.npz \\
         --val /tmp/reader-data/val50000.npz --val /tmp/reader-data/ho60000.npz \\
-        --out calibration/models/reader-v3.json
+        --out calibration/models/reader-v4.json
 
 Needs scikit-learn (``.venv/bin/pip install scikit-learn``); the reader itself does not.
 
@@ -20,6 +20,11 @@ Needs scikit-learn (``.venv/bin/pip install scikit-learn``); the reader itself d
   on leave-one-painter-out readings (each painter's calibration photos read by a model fitted
   on the other painters only); with ``--by-mark`` the thresholds are then chosen per mark read
   (marks with at least ``MARK_MIN_READINGS`` readings, never looser than ``MARK_FLOOR``).
+* ``--calib``: calibration-only datasets (a training painter; dev seeds or spent measurement
+  corpora, ``reader_dataset.SPENT_SEED_RANGES``): read by the fitted model and added to the
+  rows every threshold is chosen on; never fitted on.
+* ``--tiers``: doubt bounds; thresholds per mark and per region kind and mark for the photos
+  of at most that doubt, chosen on their rows alone (``choose_tiers``).
 * ``--val``: validation datasets (another default-painter seed range; the held-out painter):
   only measured, reported in the model file and on stderr. Never used for any choice.
 
