@@ -653,6 +653,7 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     # the ink strength's gradient and contrast read nothing computed below: they run beside
     # the texel counts when a second core is allowed (vision._geom_threads; same values)
     grads = start(lambda: _ink_gradients(C, L, ok, th, rpix, (H, W), lines=lines))
+    faint_hue = start(lambda: _faint_and_hue(C, L, a, b, ok, th, rpix, (H, W)))
     # Coloured: chroma above the paper's noise *and* saturated for its darkness. Graphite is
     # slightly bluish grey: a dark texel with a little chroma is graphite, not a pencil colour.
     col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0)) & ok
@@ -666,11 +667,7 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     col &= keep
     dark &= keep
     ink = col | dark
-    faint = ((C > th["chroma_faint"]) | (L < th["dark_l_faint"])) & ok
-    img[:] = 0
-    img[rpix[faint]] = 1
-    fsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[rpix]
-    faint &= fsum >= 4
+    faint, h, cos_h, sin_h = faint_hue.result()
     w = model.weight * ok
     # every per-region sum below is queued here and summed in one pass at the end
     acc = _RegionSums(lbl, R)
@@ -693,7 +690,6 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     else:
         faint_line = np.zeros(R)
     # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
-    h = _hue360(a, b)
     wc = np.where(col, C, 0.0)
     bins = (h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
     hist = np.bincount(lbl * _HUE_BINS + bins, wc, R * _HUE_BINS).reshape(R, _HUE_BINS)
@@ -704,8 +700,6 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     win = np.zeros(col.size, bool)
     win[ci] = _abs_hue_diff(h[ci], peak[lbl[ci]]) <= 25.0
     ww = np.where(win, C, 0.0)
-    rad = np.radians(h)
-    cos_h, sin_h = np.cos(rad), np.sin(rad)
     k_sx, k_sy = acc.add(ww * cos_h), acc.add(ww * sin_h)
     k_ww, k_wc, k_win = acc.add(ww), acc.add(wc), acc.add(win)
     gx, gy, zp = grads.result()
@@ -755,6 +749,21 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
                      np.minimum(k["dl1"], k["dl2"]), np.maximum(k["dl1"], k["dl2"]),
                      k["fdl"].max(axis=1), bare_core, faint_tint, faint_hue_r, ink_drop, lines=lines)
 
+
+def _faint_and_hue(C: np.ndarray, L: np.ndarray, a: np.ndarray, b: np.ndarray, ok: np.ndarray,
+                   th: Mapping[str, float], rpix: np.ndarray, roi_shape: tuple[int, int]):
+    """Faint texels (above this photo's faint chroma or darkness level, with at least three
+    faint neighbours) and every pixel's hue (degrees, 0..360) with its cosine and sine: what
+    :func:`_measure` reads besides its texel counts (apart so that it can run beside them)."""
+    H, W = roi_shape
+    faint = ((C > th["chroma_faint"]) | (L < th["dark_l_faint"])) & ok
+    img = np.zeros(H * W, np.uint8)
+    img[rpix[faint]] = 1
+    fsum = cv2.boxFilter(img.reshape(H, W), -1, (3, 3), normalize=False).reshape(-1)[rpix]
+    faint &= fsum >= 4
+    h = _hue360(a, b)
+    rad = np.radians(h)
+    return faint, h, np.cos(rad), np.sin(rad)
 
 def _ink_gradients(C: np.ndarray, L: np.ndarray, ok: np.ndarray, th: Mapping[str, float],
                    rpix: np.ndarray, roi_shape: tuple[int, int], *, lines: bool):
