@@ -1834,7 +1834,7 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
         if "registration" not in details:
             out["registration"] = round(registration_score(grey, H, t, markers=markers_printed,
-                                                           ink=fink), 4)
+                                                             ink=fink), 4)
         if check_blur:
             blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
             out["blur_mm"] = round(blur_mm, 3)

@@ -3,9 +3,9 @@
 :func:`read_photo` is the one function the command line, the batch runner and the server call.
 Each stage is a pure function in its own module; this module only chains them, times them and
 caches what depends on the template alone (the clean render and the sampling geometry). With
-two threads allowed (``cv2.getNumThreads() > 1``, the default on a two-core machine; a batch
-worker sets one), independent work within and between stages runs side by side
-(``vision._geom_threads``), with the same results.
+two threads allowed (``cv2.getNumThreads() > 1``, the default on a two-core machine, while a
+core is idle; a batch worker sets one), independent work within and between stages runs side
+by side (``vision._geom_threads``), with the same results.
 """
 
 from __future__ import annotations
