@@ -163,23 +163,43 @@ def test_the_second_thread_follows_opencvs_thread_count(cv2_threads):
 
 
 def test_no_second_thread_while_no_core_is_idle(cv2_threads, monkeypatch):
-    """A helper thread that has to wait for a core makes the read wait for it: on a machine
-    whose load average fills its cores, a read stays on one thread."""
+    """A helper thread that has to wait for a core makes the read wait for it: while the other
+    processes keep the cores but half of one busy, a read stays on one thread. Its own CPU time
+    does not count (a run of reads would otherwise turn its own second thread off)."""
     import os
 
     from vision import _geom_threads as gt
     monkeypatch.undo()  # the real idle_core
     cv2_threads.setNumThreads(2)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(gt, "_last_look", None)
+    clock = iter([100.0, 101.0, 102.0, 102.1, 140.0])
+    monkeypatch.setattr(gt.time, "monotonic", lambda: next(clock))
+    # CPU seconds: the machine's busy time and this process's own, at each look
+    busy = iter([50.0, 51.9, 52.6, 99.0])
+    own = iter([10.0, 10.9, 11.5, 11.6])
+    monkeypatch.setattr(gt, "_machine_busy_seconds", lambda: next(busy))
+    monkeypatch.setattr(os, "times", lambda: os.times_result((next(own), 0.0, 0.0, 0.0, 0.0)))
+    # the first look has nothing to compare with: the 1-minute load average decides
     monkeypatch.setattr(os, "getloadavg", lambda: (2.1, 1.0, 1.0))
-    assert not gt.idle_core() and gt.threads() == 1
-    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 3.0, 3.0))  # (the last minute counts)
-    assert gt.idle_core() and gt.threads() == 2
+    assert not gt.idle_core()
+    # 1 s later: the machine was busy 1.9 s, 0.9 of it this process: others used 1 core
+    assert not gt.idle_core()
+    # 1 s later: 0.7 s busy, 0.6 of it ours: the others 0.1 core -> a core is idle
+    assert gt.idle_core()
+    assert gt.threads() == 2  # (0.1 s later: within _LOOK_EVERY, the last verdict holds)
+    # a look too old to compare with: the load average again (here: low)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 1.0, 1.0))
+    assert gt.idle_core()
 
     def unavailable():
         raise OSError("no load average here")
 
+    monkeypatch.setattr(gt, "_last_look", None)
+    monkeypatch.setattr(gt, "_machine_busy_seconds", lambda: None)
+    monkeypatch.setattr(os, "times", lambda: os.times_result((12.0, 0.0, 0.0, 0.0, 0.0)))
     monkeypatch.setattr(os, "getloadavg", unavailable)
+    monkeypatch.setattr(gt.time, "monotonic", lambda: 500.0)
     assert gt.idle_core() and gt.threads() == 2
     cv2_threads.setNumThreads(1)
     assert gt.threads() == 1

@@ -8,12 +8,12 @@ learned reader's tree walk in two halves), so running two at once shortens the w
 the read without changing a single value: each task computes exactly what it computed in turn.
 
 How many threads: as many as OpenCV is allowed (``cv2.getNumThreads()``), at most two, and one
-while the machine has no idle core (1-minute load average at least the core count less a
-half). A batch worker sets ``cv2.setNumThreads(1)`` (one photo per core: the workers are the
+while the machine has no idle core (:func:`idle_core`: the other processes' recent CPU use). A
+batch worker sets ``cv2.setNumThreads(1)`` (one photo per core: the workers are the
 parallelism), and then everything here runs in the calling thread, in order, as before. Work
 submitted from the helper thread itself also runs in order there (no task waits on a pool it
-occupies). Why the load: a helper thread that must wait for a core makes the caller wait for
-it (measured on a machine with ~5 busy processes on its 2 cores: 12 MP read 331 ms on two
+occupies). Why the idle core: a helper thread that must wait for a core makes the caller wait
+for it (measured on a machine with ~5 busy processes on its 2 cores: 12 MP read 331 ms on two
 threads, 209 ms on one); with a core idle it shortens the read.
 
 A task handed to the helper is run by whichever thread gets to it first: when the caller needs
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Generic, Sequence, TypeVar
 
@@ -40,15 +41,55 @@ _pool: ThreadPoolExecutor | None = None
 _inside = threading.local()
 
 
-def idle_core() -> bool:
-    """Whether the machine has a core to spare: its 1-minute load average (which counts this
-    process's own work too) is below the number of cores less a half. True where the load
-    average is not available."""
+#: Seconds between two looks at the machine's CPU use (:func:`idle_core`), and the oldest look
+#: still compared with (older ones say little about now).
+_LOOK_EVERY, _LOOK_MAX_AGE = 0.25, 30.0
+_look_lock = threading.Lock()
+_last_look: tuple[float, float, float] | None = None  # (time, machine busy s, own CPU s)
+_last_verdict = True
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds all cores have spent busy since boot (``/proc/stat``), None elsewhere."""
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return True
-    return load < (os.cpu_count() or 1) - 0.5
+        with open("/proc/stat", "rb") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        hz = float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle and iowait
+    return (sum(v[:8]) - idle) / hz
+
+
+def idle_core() -> bool:
+    """Whether the machine has a core to spare for a helper thread: the other processes used
+    less than the cores but one and a half since the last look (``/proc/stat`` less this
+    process's own CPU time; at least ``_LOOK_EVERY`` s apart, at most ``_LOOK_MAX_AGE``).
+    Without a recent look, the 1-minute load average (which counts this process's own
+    threads too) must be below the cores less a half. True where neither can be read.
+
+    Why not the load average alone: a read's own helper thread raises it, so on an idle
+    two-core machine a run of reads pushed it past 1.5 and turned its own second thread off."""
+    global _last_look, _last_verdict
+    now = time.monotonic()
+    with _look_lock:
+        if _last_look is not None and now - _last_look[0] < _LOOK_EVERY:
+            return _last_verdict
+        busy = _machine_busy_seconds()
+        t = os.times()
+        own = t.user + t.system
+        prev, _last_look = _last_look, (now, busy, own) if busy is not None else None
+        cores = os.cpu_count() or 1
+        if busy is not None and prev is not None and prev[1] is not None \
+                and now - prev[0] <= _LOOK_MAX_AGE:
+            others = (busy - prev[1] - (own - prev[2])) / (now - prev[0])
+            _last_verdict = others < cores - 1.5
+        else:
+            try:
+                _last_verdict = os.getloadavg()[0] < cores - 0.5
+            except (AttributeError, OSError):
+                _last_verdict = True
+        return _last_verdict
 
 
 def threads() -> int:
