@@ -285,13 +285,13 @@ def test_doubt_tiers_loosen_a_mark_only_on_photos_clear_enough(model_doc):
         model_from_dict(doc)
 
 
-def test_the_default_reader_v4_loads_and_reproduces_its_training_probabilities():
-    """reader-v4 (the default, docs/EVALUATION.md): every feature it names is measured, the
+def test_the_default_reader_v5_loads_and_reproduces_its_training_probabilities():
+    """reader-v5 (the default, docs/EVALUATION.md): every feature it names is measured, the
     JSON trees give scikit-learn's probabilities, and its rule has doubt tiers."""
     from vision.learned import DEFAULT_MODEL
-    assert DEFAULT_MODEL.name == "reader-v4.json"
+    assert DEFAULT_MODEL.name == "reader-v5.json"
     from vision.learned import MODEL_DIR
-    path = MODEL_DIR / "reader-v4.json"
+    path = MODEL_DIR / "reader-v5.json"
     model = load_model(path)
     assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
     assert [t[0] for t in model.rule.tiers] == [0.0, 0.015]

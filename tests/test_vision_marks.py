@@ -526,3 +526,30 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     np.testing.assert_array_equal(lean.matrix[:, other], full.matrix[:, other])
     assert {k: (r.mark, r.confidence, r.review) for k, r in lean.readings.items()} == \
         {k: (r.mark, r.confidence, r.review) for k, r in full.readings.items()}
+
+
+def test_a_line_drawn_beside_a_connections_guide_is_that_connection():
+    """Players draw a route's line beside the printed dotted guide as well as on it: 2.5 mm
+    to the side it is still the connection (reader-v4 read such lines empty, 0.998-0.9994
+    sure); 6 mm to the side it is not (the next connection is further off)."""
+    import cv2
+    t = get_template("reefs-1")
+    render = render_sheet(t, dpi=DPI).image
+    model = build_sheet_model(t, render, dpi=DPI)
+    k = DPI / 25.4
+    # horizontal and vertical connections away from the sheet's edge, each alone on the sheet
+    conns = [r for r in t.regions_of_kind("connection")][30:34]
+    for offset_mm, expect in ((0.0, "blue"), (2.5, "blue"), (-2.5, "blue"), (6.0, "empty")):
+        img = render.copy()
+        for r in conns:
+            a, b = np.asarray(r.shape.params["p1"], float), np.asarray(r.shape.params["p2"], float)
+            u = (b - a) / np.hypot(*(b - a))
+            n = np.array([-u[1], u[0]])
+            # from circle to circle of the two spaces it joins (the guide runs edge to edge)
+            pa, pb = a - u * 0.5 + n * offset_mm, b + u * 0.5 + n * offset_mm
+            cv2.line(img, tuple(int(round(v)) for v in pa * k), tuple(int(round(v)) for v in pb * k),
+                     (70, 100, 190), max(1, int(round(0.6 * k))), cv2.LINE_AA)
+        sheet = _read(model, img)
+        for r in conns:
+            got = sheet.readings[r.id]
+            assert got.mark == expect, (offset_mm, r.id, got.mark, got.confidence)

@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v4.json``, trained by ``scripts/train_reader.py``; the
+The model (``calibration/models/reader-v5.json``, trained by ``scripts/train_reader.py``; the
 previous ``reader-v1.json`` ships beside it for comparison, docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
 hand reader's probabilities, photo quality figures) to a probability for each mark in
@@ -31,11 +31,12 @@ MODEL_FORMAT = "sheetcheck.reader-model/1"
 #: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
 DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
-#: reader-v4: reader-v3's trees (trained on the default and the varied painter) and decision
-#: rule chosen on five times more calibration rows (the spent measurement corpora), with
-#: looser thresholds on clear photos (doubt tiers, per region kind): fewer flags than reader-v3
-#: on every validation corpus and no confident error there (docs/EVALUATION.md).
-DEFAULT_MODEL = MODEL_DIR / "reader-v4.json"
+#: reader-v5: trained and calibrated like reader-v4 (doubt tiers per region kind, the spent
+#: measurement corpora as calibration rows) on features of the current code, with connections
+#: sampled 3 mm either side of their guide (``vision.marks.build_sheet_model``,
+#: ``segment_band``): fewer flags than reader-v4 on every validation corpus, the same accuracy,
+#: no confident error there (docs/EVALUATION.md).
+DEFAULT_MODEL = MODEL_DIR / "reader-v5.json"
 
 
 class ReaderModelError(SheetcheckError):
