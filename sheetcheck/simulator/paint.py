@@ -149,6 +149,16 @@ class _Canvas:
         self.cov = np.zeros((h, w), np.float32)
         self._one = np.zeros((h, w), np.float32)
 
+    @classmethod
+    def of(cls, strokes) -> "_Canvas":
+        """A canvas just large enough for ``strokes`` ((points, pressure, width) each), with
+        every one of them drawn in order."""
+        width = max(w for _, _, w in strokes)
+        canvas = cls(*_stroke_bounds(strokes, width + 2))
+        for pts, pr, wd in strokes:
+            canvas.stroke(pts, pr, wd)
+        return canvas
+
     def stroke(self, pts: np.ndarray, pressure: np.ndarray, width_px: float) -> None:
         """Add one stroke; overlapping strokes build up like layers (1 - prod(1 - c))."""
         one = self._one
@@ -487,10 +497,7 @@ def paint_sheet(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, dp
             colour = plin[mark]
         if not strokes:
             continue
-        width = max(w for _, _, w in strokes)
-        canvas = _Canvas(*_stroke_bounds(strokes, width + 2))
-        for pts, pr, wd in strokes:
-            canvas.stroke(pts, pr, wd)
+        canvas = _Canvas.of(strokes)
         _deposit(lin, grain, canvas, colour * _colour_jitter(rng), hand["grain_strength"])
     _stray_marks(lin, grain, template, hand=hand, s=s, rng=rng, plin=plin, colours=colours)
     return _encode_srgb(lin)
@@ -913,10 +920,7 @@ def _paint_strokes(lin, grain, strokes, colour_lin, *, strength: float, grain_st
                    hole=None) -> None:
     if not strokes:
         return
-    width = max(w for _, _, w in strokes)
-    canvas = _Canvas(*_stroke_bounds(strokes, width + 2))
-    for pts, pr, wd in strokes:
-        canvas.stroke(pts, pr, wd)
+    canvas = _Canvas.of(strokes)
     if hole is not None:
         (hx, hy), hr = hole
         yy, xx = np.mgrid[0:canvas.cov.shape[0], 0:canvas.cov.shape[1]]
@@ -1050,10 +1054,7 @@ def _erased_ghost(lin, grain, region, *, hand, s, rng, plin, colours):
     strokes = _fill_strokes(_region_px(region, s), hand=h, s=s, rng=rng, style="hatch", swatch=True)
     if not strokes:
         return
-    width = max(w for _, _, w in strokes)
-    canvas = _Canvas(*_stroke_bounds(strokes, width + 2))
-    for pts, pr, wd in strokes:
-        canvas.stroke(pts, pr, wd)
+    canvas = _Canvas.of(strokes)
     canvas.cov[:] = cv2.GaussianBlur(canvas.cov, (0, 0), max(1.0, 0.6 * s))
     # darkness on white at most ~6 %: visibly a ghost, not a mark
     y = max(_luminance(colour), 1e-3)
