@@ -47,10 +47,12 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from reader_dataset import seed_allowed  # noqa: E402
+from reader_dataset import FORBIDDEN_SEED, seed_allowed  # noqa: E402
 from vision.learned import DOUBT_LEVEL, MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
 from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 
+#: The four thresholds of a mark's reading, in DecisionRule.thresholds' order.
+_FOUR = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: Painters whose photos may be trained on: the main painter and the domain-randomised varied
 #: painter (``sheetcheck/simulator``). The held-out painter is for validation only.
 TRAIN_PAINTERS = ("default", "varied")
@@ -66,8 +68,8 @@ def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
         if tuple(d["feature_names"]) != FEATURE_NAMES:
             sys.exit(f"{p}: features differ from vision.marks.FEATURE_NAMES; rebuild it with "
                      "scripts/reader_dataset.py")
-        if not calib_only and d["seeds"].size and int(d["seeds"].max()) >= 100000:
-            sys.exit(f"{p}: holds photos with seeds >= 100000 (evaluation corpora): refused")
+        if not calib_only and d["seeds"].size and int(d["seeds"].max()) >= FORBIDDEN_SEED:
+            sys.exit(f"{p}: holds photos with seeds >= {FORBIDDEN_SEED} (evaluation corpora): refused")
         if calib_only:
             bad = [int(v) for v in d["seeds"] if not seed_allowed(int(v))]
             if bad:
@@ -173,19 +175,18 @@ def rule_outcome(rule: DecisionRule, p, mark_l, mark_h, c_h, pconf, y, doubt=Non
     # doubt tier: the first tier (by ascending doubt_max) that holds the photo and names the
     # mark, for the row's kind or else for any kind, wins; so tiers are applied loosest-last
     t = np.array([rule.thresholds(m) for m in MARKS])[mark_l]
-    four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
     if doubt is not None and rule.tiers:
         for doubt_max, marks, kinds in reversed(rule.tiers):
             in_tier = doubt <= doubt_max
             for m, name in enumerate(MARKS):
                 if name in marks:
                     sel = in_tier & (mark_l == m)
-                    t[sel] = [marks[name][k] for k in four]
+                    t[sel] = [marks[name][k] for k in _FOUR]
             for kd, km in (kinds.items() if kind is not None else ()):
                 for m, name in enumerate(MARKS):
                     if name in km:
                         sel = in_tier & (mark_l == m) & (kind == kd)
-                        t[sel] = [km[name][k] for k in four]
+                        t[sel] = [km[name][k] for k in _FOUR]
     sure = agree & (((c_h >= t[:, 0]) & (p_l >= t[:, 1])) | ((p_l >= t[:, 2]) & (c_h >= t[:, 3])))
     sure &= pconf >= rule.photo_gate
     if doubt is not None:
@@ -303,7 +304,6 @@ TIER_FLOOR = {"learned_min": 0.99, "hand_min": REVIEW_THRESHOLD, "learned_alone"
 #: error was not in the calibration rows (on the dev corpora, tiers per kind from 3000
 #: readings, and a third tier at doubt 0.05, let a faint cross read empty at 0.998 through).
 TIER_MIN_READINGS = 5000
-_FOUR = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 
 
 def _stricter(a: dict, b: dict) -> dict:
