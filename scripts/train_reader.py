@@ -48,11 +48,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from reader_dataset import FORBIDDEN_SEED, seed_allowed  # noqa: E402
-from vision.learned import DOUBT_LEVEL, MODEL_FORMAT, DecisionRule, model_from_dict  # noqa: E402
+from vision.learned import (DOUBT_LEVEL, MODEL_FORMAT, THRESHOLD_NAMES as _FOUR,  # noqa: E402
+                            DecisionRule, model_from_dict)
 from vision.marks import FEATURE_NAMES, MARKS, REVIEW_THRESHOLD  # noqa: E402
 
-#: The four thresholds of a mark's reading, in DecisionRule.thresholds' order.
-_FOUR = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: Painters whose photos may be trained on: the main painter and the domain-randomised varied
 #: painter (``sheetcheck/simulator``). The held-out painter is for validation only.
 TRAIN_PAINTERS = ("default", "varied")

@@ -31,6 +31,8 @@ MODEL_FORMAT = "sheetcheck.reader-model/1"
 #: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
 DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
+#: A mark's four thresholds (``DecisionRule``), in the order ``DecisionRule.thresholds`` gives them.
+THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: reader-v5: trained and calibrated like reader-v4 (doubt tiers per region kind, the spent
 #: measurement corpora as calibration rows) on features of the current code, with connections
 #: sampled 3 mm either side of their guide (``vision.marks.build_sheet_model``,
@@ -220,7 +222,7 @@ def _arr(doc, key, where, problems, *, dtype=np.float32, ndim=None):
 def _thresholds_by_mark(by_mark, where: str, problems: list[str], marks) -> dict:
     """A validated ``{mark: {hand_min, learned_min, learned_alone, hand_floor}}`` (problems
     appended to ``problems``)."""
-    four = ("hand_min", "learned_min", "learned_alone", "hand_floor")
+    four = THRESHOLD_NAMES
     if not isinstance(by_mark, Mapping):
         problems.append(f"{where}: expected an object of mark -> thresholds")
         return {}
@@ -524,5 +526,5 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
                          reason)
 
 
-__all__ = ["DEFAULT_MODEL", "DOUBT_LEVEL", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
+__all__ = ["DEFAULT_MODEL", "DOUBT_LEVEL", "THRESHOLD_NAMES", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
            "combine", "default_model", "load_model", "model_from_dict", "photo_doubt", "resolve_reader"]
