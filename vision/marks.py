@@ -226,6 +226,10 @@ class SheetModel:
     strip_px: float = 0.0
     strip_sum_idx: tuple | None = None
     strip_ext: np.ndarray | None = None
+    #: Bare-paper regions (number fields): per region, ``(rows, window, (h, w), pos)``: its
+    #: rows of ``pix``, the flat pixel indices of a window round it, the window's shape, and
+    #: each row's place in the window (:func:`_local_paper_l`).
+    local_paper: tuple | None = None
 
 
 #: Straight-line search (``SheetModel.strip_bin``): orientations over 180 degrees and strips
@@ -466,6 +470,24 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         area.append(rr.size)
         n_pix += rr.size
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    # Bare-paper regions (number fields: "written" and no pencil colour) measure their
+    # darkness against the paper round them (classify_sheet, _local_paper_l): a window a
+    # little wider than the region, so that the paper estimate reaches past the printed frame.
+    local = []
+    pad = LOCAL_PAPER_MM * 2 * k
+    for i, rid in enumerate(ids):
+        r = template.region(rid)
+        if "written" not in r.marks or set(r.marks) & set(PENCIL_COLOURS):
+            continue
+        rows = np.flatnonzero(lab_l[i] >= 0) + sum(a.size for a in pix_l[:i])
+        x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
+        c0, r0 = max(0, int(math.floor(x0 - pad))), max(0, int(math.floor(y0 - pad)))
+        c1, r1 = min(W, int(math.ceil(x1 + pad))), min(H, int(math.ceil(y1 + pad)))
+        p = pix_l[i]
+        if not p.size or c1 <= c0 or r1 <= r0:
+            continue
+        win = (np.arange(r0, r1)[:, None] * W + np.arange(c0, c1)[None, :]).reshape(-1)
+        local.append((rows, win, (r1 - r0, c1 - c0), (p // W - r0) * (c1 - c0) + (p % W - c0)))
     # straight-line search geometry (SheetModel.strip_bin): per orientation, the strip of
     # each area pixel, counted once here (the pixel set is fixed)
     strip_pos = cat(spos_l, np.int64)
@@ -506,7 +528,8 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample,
                       np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
                       cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
-                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext)
+                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext,
+                      local_paper=tuple(local) or None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,6 +584,33 @@ class _Features:
     halo_off: np.ndarray | None = None
     halo_dark_diag: np.ndarray | None = None
     lines: Mapping[str, np.ndarray] | None = None
+
+
+#: Radius of the closing that estimates the paper under a bare-paper region (number field):
+#: it takes out the dark strokes narrower than twice this (handwriting, the printed frame) and
+#: keeps the light's variation (a shadow's soft edge across the box).
+LOCAL_PAPER_MM = 3.5
+
+
+def _local_paper_l(lab: np.ndarray, model: SheetModel, sample, paper_l: float) -> np.ndarray:
+    """``lab`` with the bare-paper regions' L measured against the paper round them.
+
+    A number field is bare paper inside a thin printed frame, read as "written" when enough of
+    it is darker than this photo's paper. A soft shadow edge across the box darkens a good part
+    of it, which the light stage's coarse flattening leaves, and an empty field then read as
+    written for both readers (the closing below estimates the paper under the box instead). Each
+    region's L becomes ``L - paper_here + paper_l``: strokes keep their contrast to the paper
+    next to them, the paper itself reads as this photo's paper."""
+    k = model.dpi / 25.4
+    kernel = _disk(max(2, int(round(LOCAL_PAPER_MM * k))))
+    out = lab
+    for rows, win, (h, w), pos in model.local_paper:
+        Lw = linear_to_lab(sample(win))[:, 0].reshape(h, w).astype(np.float32)
+        paper_here = cv2.morphologyEx(Lw, cv2.MORPH_CLOSE, kernel, borderType=cv2.BORDER_REPLICATE)
+        if out is lab:
+            out = lab.copy()
+        out[rows, 0] = lab[rows, 0] + (paper_l - paper_here.reshape(-1)[pos])
+    return out
 
 
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
@@ -1311,6 +1361,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # (independent pixels: the paper statistics and the halo's ink beside the regions' Lab
     # when a second core is allowed, vision._geom_threads; the same values either way)
     (th, halo), lab = both(paper_and_halo, regions)
+    if model.local_paper:
+        lab = _local_paper_l(lab, model, sample, th["paper_l"])
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
