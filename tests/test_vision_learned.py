@@ -167,6 +167,65 @@ def test_batched_tree_walk_matches_a_node_by_node_walk(model_doc):
     np.testing.assert_allclose(shuffled.raw_scores(X), want, rtol=1e-9, atol=1e-9)
 
 
+def _random_trees(rng, depths, n_features=6, *, full=False):
+    """Tree tables as ``model_from_dict`` builds them, for trees of the given depths: each a
+    random mix of inner nodes and leaves that reaches its depth along one path, or with
+    ``full`` every leaf at that depth."""
+    feature, threshold, left, right, leaf, value, roots = [], [], [], [], [], [], []
+
+    def grow(level, depth, force):
+        node = len(leaf)
+        for a in (feature, threshold, left, right, leaf, value):
+            a.append(0)
+        if level == depth or not (force or full or rng.random() < 0.7):
+            leaf[node], value[node] = True, float(rng.normal())
+            return node
+        feature[node], threshold[node] = int(rng.integers(n_features)), float(rng.normal())
+        go_left = bool(rng.random() < 0.5)  # the forced path to full depth goes either way
+        left[node] = grow(level + 1, depth, force and go_left)
+        right[node] = grow(level + 1, depth, force and not go_left)
+        return node
+    for d in depths:
+        roots.append(grow(0, d, True))
+    n = len(leaf)
+    p = {"feature": np.array(feature), "threshold": np.array(threshold, np.float32),
+         "left": np.array(left), "right": np.array(right), "leaf": np.array(leaf),
+         "value": np.array(value), "roots": np.array(roots, np.int32), "depth": max(depths)}
+    node = np.arange(n)
+    p["child"] = np.stack([np.where(p["leaf"], node, p["left"]),
+                           np.where(p["leaf"], node, p["right"])], 1).reshape(-1).astype(np.int32)
+    return p
+
+
+@pytest.mark.parametrize("depths, full, masks", [([0, 1, 3, 5, 5], False, np.uint32),
+                                                 ([5, 2, 0], True, np.uint32),
+                                                 ([6, 2, 0], True, np.uint64),
+                                                 ([7, 3], True, None)])
+def test_exit_leaf_masks_find_the_leaf_the_walk_reaches(depths, full, masks):
+    """Trees of up to 32 leaves (32-bit masks), up to 64 (64-bit; with every bit in use),
+    more (walked instead), and lone leaves: the masks give every row the leaf that walking
+    down the tree gives."""
+    from vision.learned import _exit_leaf_tables, _exit_leaf_values, _leaf_values
+    rng = np.random.default_rng(len(depths) + full)
+    p = _random_trees(rng, depths, full=full)
+    X = rng.normal(size=(300, 6)).astype(np.float32)
+    X[:5] = p["threshold"][0]  # rows exactly on a threshold go left
+    want = _leaf_values(X, p)
+    tables = _exit_leaf_tables(p)
+    if masks is None:
+        assert tables is None  # more than 64 leaves: no mask fits, the walk is used
+        return
+    assert tables["mask"].dtype == masks
+    got = _exit_leaf_values(X, tables)
+    np.testing.assert_array_equal(got, want)
+    # and against a node-by-node walk of one row, so the reference itself is checked
+    for i in (0, 7, 123):
+        for t, node in enumerate(p["roots"]):
+            while not p["leaf"][node]:
+                node = p["right"][node] if X[i, p["feature"][node]] > p["threshold"][node] else p["left"][node]
+            assert got[i, t] == p["value"][node]
+
+
 def test_a_missing_model_is_an_error_not_a_quiet_fallback(tmp_path, monkeypatch):
     import vision.learned as L
     monkeypatch.setattr(L, "DEFAULT_MODEL", tmp_path / "reader-v1.json")

@@ -150,29 +150,13 @@ class LearnedReader:
                 if i < n - 1:
                     h = np.maximum(h, 0.0)
             return h
-        # Gradient-boosted trees, all evaluated at once: every split is compared for every
-        # row in one go, then each (row, tree) walks down by table look-ups (a leaf's children
-        # are itself, so finished walks stay put). The features are finite by construction
-        # (vision.marks.region_feature_matrix); a NaN, should one slip through, reads as 0.
+        # Gradient-boosted trees, all evaluated at once. The features are finite by
+        # construction (vision.marks.region_feature_matrix); a NaN, should one slip through,
+        # reads as 0.
+        xc = np.ascontiguousarray(np.nan_to_num(X))
+        qs = _exit_leaf_tables(p)
+        vals = _leaf_values(xc, p) if qs is None else _exit_leaf_values(xc, qs)  # (N, T)
         N = X.shape[0]
-        # (N, nodes), row by row: one row's walks through all trees then touch one small block
-        # of the table (cache-friendly), not one entry per row scattered over all of it
-        xn = np.ascontiguousarray(np.nan_to_num(X)).take(p["feature"], axis=1)
-        n_nodes = p["feature"].size
-        flat = (xn > p["threshold"]).reshape(-1)  # True: go right
-        rows = (np.arange(N, dtype=np.int64) * n_nodes)[:, None]
-        idx = np.broadcast_to(p["roots"], (N, p["roots"].size)).copy()
-        child = p["child"]
-        # (in place, into two buffers: fresh arrays for each step cost as much as the steps)
-        at = np.empty(idx.shape, np.int64)
-        go = np.empty(idx.shape, bool)
-        for _ in range(int(p["depth"])):
-            np.add(idx, rows, out=at)
-            flat.take(at, out=go)
-            idx *= 2
-            idx += go
-            child.take(idx, out=idx)
-        vals = p["value"].take(idx)  # (N, T)
         out = np.zeros((N, len(self.classes)), np.float64) + p["baseline"]
         C = len(self.classes)
         tc = p["tree_class"]
@@ -198,6 +182,120 @@ class LearnedReader:
         z = z - z.max(axis=1, keepdims=True)
         e = np.exp(z)
         return e / e.sum(axis=1, keepdims=True)
+
+
+def _leaf_values(X: np.ndarray, p: Mapping) -> np.ndarray:
+    """(N, T) value of the leaf each row reaches in each tree, by walking down: every split
+    compared for every row in one go, then each (row, tree) walks down by table look-ups (a
+    leaf's children are itself, so finished walks stay put). The reference for
+    :func:`_exit_leaf_values`, and its stand-in for trees of more than 64 leaves."""
+    N = X.shape[0]
+    # (N, nodes), row by row: one row's walks through all trees then touch one small block
+    # of the table (cache-friendly), not one entry per row scattered over all of it
+    xn = X.take(p["feature"], axis=1)
+    n_nodes = p["feature"].size
+    flat = (xn > p["threshold"]).reshape(-1)  # True: go right
+    rows = (np.arange(N, dtype=np.int64) * n_nodes)[:, None]
+    idx = np.broadcast_to(p["roots"], (N, p["roots"].size)).copy()
+    child = p["child"]
+    # (in place, into two buffers: fresh arrays for each step cost as much as the steps)
+    at = np.empty(idx.shape, np.int64)
+    go = np.empty(idx.shape, bool)
+    for _ in range(int(p["depth"])):
+        np.add(idx, rows, out=at)
+        flat.take(at, out=go)
+        idx *= 2
+        idx += go
+        child.take(idx, out=idx)
+    return p["value"].take(idx)
+
+
+_tables_lock = threading.Lock()
+
+
+def _exit_leaf_tables(p: dict) -> dict | None:
+    """The trees as exit-leaf bit masks (see :func:`_exit_leaf_values`), built on first use
+    and kept in ``p``; None when a tree has more than 64 leaves (then the trees are walked).
+
+    Each tree's leaves are numbered left to right (bit 0 the leftmost). An inner node's mask
+    has the bits of the leaves of its left subtree cleared: a row that goes right there cannot
+    end in them. The inner nodes are listed tree by tree (a tree that is a lone leaf gets one
+    node whose mask clears nothing)."""
+    if "_exit_leaf" in p:
+        return p["_exit_leaf"]
+    if not isinstance(p, dict):  # (a read-only mapping: build the tables every time)
+        p = dict(p)
+    with _tables_lock:
+        if "_exit_leaf" in p:
+            return p["_exit_leaf"]
+        leaf, left, right = p["leaf"], p["left"].tolist(), p["right"].tolist()
+        is_leaf = leaf.tolist()
+        inner, clear, starts, leaves, first_leaf = [], [], [], [], []
+        most = 0
+        for root in p["roots"].tolist():
+            starts.append(len(inner))
+            first_leaf.append(len(leaves))
+            n0 = len(leaves)
+            # depth first, left before right: an inner node's left subtree has been numbered
+            # when it comes back from the stack ("mid"), and those leaves are cleared by it
+            stack = [(root, False)]
+            begin: dict[int, int] = {}
+            while stack:
+                node, mid = stack.pop()
+                if mid:
+                    inner.append(node)
+                    clear.append((begin[node] - n0, len(leaves) - n0))
+                    stack.append((right[node], False))
+                elif is_leaf[node]:
+                    leaves.append(node)
+                else:
+                    begin[node] = len(leaves)
+                    stack += [(node, True), (left[node], False)]
+            if starts[-1] == len(inner):  # a lone leaf: a node that clears nothing
+                inner.append(-1)
+                clear.append((0, 0))
+            most = max(most, len(leaves) - n0)
+        if most > 64:
+            p["_exit_leaf"] = None
+            return None
+        dtype = np.uint32 if most <= 32 else np.uint64
+        nbits = 32 if most <= 32 else 64
+        full = (1 << nbits) - 1
+        inner_a = np.array(inner, np.int64)
+        real = inner_a >= 0
+        at = np.where(real, inner_a, 0)
+        tables = {
+            "feature": np.where(real, p["feature"][at], 0),
+            "threshold": np.where(real, p["threshold"][at], np.float32(0)).astype(np.float32),
+            "mask": np.array([full & ~((1 << b) - (1 << a)) for a, b in clear], dtype),
+            "starts": np.array(starts, np.int64),
+            "first_leaf": np.array(first_leaf, np.int64) - 1,
+            "value": p["value"][np.array(leaves, np.int64)],
+            "float": np.float32 if dtype == np.uint32 else np.float64,
+        }
+        p["_exit_leaf"] = tables
+        return tables
+
+
+def _exit_leaf_values(X: np.ndarray, t: Mapping) -> np.ndarray:
+    """:func:`_leaf_values` without walking (the same leaves, so the same values): every
+    inner node's split compared for every row, each tree's mask of leaves still reachable is
+    the AND of the masks of the nodes where the row goes right, and the row ends in the
+    leftmost leaf left (a row goes left wherever nothing sends it right). Half the time of
+    the walk (reader-v5, 140 rows: five look-up steps over every (row, tree) replaced by one
+    pass over the inner nodes)."""
+    right = np.greater(X.take(t["feature"], axis=1), t["threshold"]).view(np.uint8)
+    m = t["mask"]
+    # 1 (go right) -> 0, 0 -> all bits set; then OR the node's mask: its mask where the row
+    # goes right, all bits (no effect on the AND) where it goes left
+    bits = np.subtract(right, 1, dtype=m.dtype)
+    bits |= m
+    reach = np.bitwise_and.reduceat(bits, t["starts"], axis=1)  # (N, T), never 0
+    reach &= -reach  # the lowest bit set: the leftmost reachable leaf
+    # its bit number, exactly (a power of two converts to float exactly)
+    pos = np.frexp(reach.astype(t["float"]))[1]
+    pos += t["first_leaf"]  # (frexp gives bit + 1; first_leaf is one less than the tree's)
+    return t["value"].take(pos)
 
 
 def _arr(doc, key, where, problems, *, dtype=np.float32, ndim=None):
