@@ -202,6 +202,27 @@ def test_the_next_stage_runs_beside_the_checks_and_their_errors_come_first(threa
     finally:
         cv2.setNumThreads(before)
 
+def test_deferred_checks_give_the_same_location_and_refuse_a_blurred_photo():
+    """locate_sheet(defer_checks=True): the location as soon as the homography is known, and
+    the registration and blur checks as a function to run later, which completes it to the
+    plain call's location or raises the plain call's error."""
+    t = TEMPLATES[0]
+    img = synth_photo(t, seed=7, blur_px=0.8).image
+    plain = locate_sheet(img, templates=TEMPLATES)
+    early, complete = locate_sheet(img, templates=TEMPLATES, defer_checks=True)
+    assert "blur_mm" not in early.details and "registration" not in early.details
+    assert early.details["markers_printed"] and early.quality == plain.quality
+    np.testing.assert_array_equal(early.homography, plain.homography)
+    loc = complete()
+    np.testing.assert_array_equal(loc.homography, plain.homography)
+    assert list(loc.details.items()) == list(plain.details.items())
+    blurred, complete = locate_sheet(synth_photo(t, seed=7, blur_px=8.0).image, templates=TEMPLATES,
+                                     defer_checks=True)
+    assert blurred.template.id == t.id
+    with pytest.raises(BlurryPhotoError, match="too blurred"):
+        complete()
+
+
 def test_bad_array():
     with pytest.raises(ValueError, match="uint8"):
         locate_sheet(np.zeros((100, 100, 3), np.float32), templates=TEMPLATES)

@@ -118,6 +118,37 @@ def test_a_read_on_two_threads_is_the_read_on_one(easy_crypts, cv2_threads):
         {k: (r.mark, r.confidence, r.review) for k, r in two.readings.items()}
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_locates_checks_still_refuse_a_photo_and_their_error_comes_first(easy_crypts, cv2_threads,
+                                                                           monkeypatch, threads):
+    """locate's registration and blur checks run after rectification (beside the light
+    normalisation on the helper thread): a photo they refuse is still refused with their
+    error, also when a later stage fails as well, and a photo they pass gets their figures."""
+    from sheetcheck.errors import BlurryPhotoError
+    from vision import locate, pipeline
+    _, _, photo = easy_crypts
+    cv2_threads.setNumThreads(threads)
+    ok = read_photo(photo.jpeg)
+    assert ok.location.details["blur_mm"] < locate.BLUR_LIMIT_MM
+    assert 0 < ok.location.details["registration"] <= 1
+    monkeypatch.setattr(locate, "BLUR_LIMIT_MM", -1.0)  # every photo is too blurred now
+    with pytest.raises(BlurryPhotoError, match="too blurred"):
+        read_photo(photo.jpeg)
+
+    def broken(*a, **k):
+        raise RuntimeError("a later stage failed")
+    monkeypatch.setattr(pipeline, "normalise_light", broken)
+    with pytest.raises(BlurryPhotoError, match="too blurred"):
+        read_photo(photo.jpeg)
+    import vision.rectify
+    monkeypatch.setattr(vision.rectify, "rectify_sheet", broken)
+    with pytest.raises(BlurryPhotoError, match="too blurred"):
+        read_photo(photo.jpeg)
+    monkeypatch.setattr(locate, "BLUR_LIMIT_MM", 99.0)  # the checks pass: the stage's error
+    with pytest.raises(RuntimeError, match="later stage failed"):
+        read_photo(photo.jpeg)
+
+
 def test_the_second_thread_follows_opencvs_thread_count(cv2_threads):
     """A batch worker sets cv2.setNumThreads(1): then nothing runs on a second thread."""
     import threading

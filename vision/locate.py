@@ -1697,8 +1697,9 @@ def prepare(template: Template, *, markers: bool = True) -> None:
 
 def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
                  templates: Sequence[Template] | None = None,
-                 check_blur: bool = True, then: Callable[[SheetLocation], _R] | None = None
-                 ) -> SheetLocation | tuple[SheetLocation, _R]:
+                 check_blur: bool = True, then: Callable[[SheetLocation], _R] | None = None,
+                 defer_checks: bool = False
+                 ) -> SheetLocation | tuple[SheetLocation, _R] | tuple[SheetLocation, Callable[[], SheetLocation]]:
     """Find the sheet in a photo, identify its template and compute the homography.
 
     Parameters
@@ -1717,10 +1718,20 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         ``blur_mm``), while the registration score and the blur check run beside it on a
         second thread when one is allowed (``vision._geom_threads``). An error of the checks
         is raised before any of ``then``'s, as when they ran first.
+    defer_checks : bool, optional
+        Leave the registration score and the blur check to the caller, to run when it
+        suits it (``vision.pipeline`` runs them on the helper thread beside the light
+        normalisation, where that thread is otherwise idle, so that rectification has it for
+        its own tiles): return the location as soon as the homography is known (its details
+        without ``registration`` and ``blur_mm``, as ``then`` gets it) and a function that
+        runs the checks and returns the complete location (raising BlurryPhotoError). The
+        caller must call it, and let its error come before any error of the stages it ran
+        meanwhile (they worked on a photo the checks would have refused).
 
     Returns
     -------
-    SheetLocation, or (SheetLocation, then's result) with ``then``
+    SheetLocation; (SheetLocation, then's result) with ``then``; (SheetLocation, checks) with
+    ``defer_checks``
 
     Raises
     ------
@@ -1851,6 +1862,8 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
                              quality=float(np.clip(quality, 0, 1)),
                              details={**details, **checked, "markers_printed": markers_printed})
 
+    if defer_checks:
+        return located({}), lambda: located(checks())
     if then is None:
         return located(checks())
 

@@ -22,6 +22,7 @@ import numpy as np
 from calibration.template import Template
 from sheetcheck.errors import InputFileError
 from vision.colour import Palette, load_palette
+from vision._geom_threads import start
 from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light
 from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
@@ -55,8 +56,10 @@ class SheetReading:
         The pencil palette as calibrated on this photo.
     timings_ms : mapping
         Per stage (decode, locate, rectify, light, classify) and ``total``. ``locate`` ends
-        when the homography is known: locate's registration and blur checks run beside
-        rectification (on a second core when allowed) and are timed with ``rectify``.
+        when the homography is known: locate's registration and blur checks run later, on the
+        helper thread beside ``light`` when a second core is allowed (and so are in no
+        stage's time unless ``classify`` has to wait for them at its end), else in the
+        caller right after ``rectify`` (timed with ``locate``).
     details : mapping
         Photo size and format, light and refinement figures, thresholds.
     rectified, normalised : ndarray or None
@@ -208,35 +211,48 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
                              hint="Pass the photo's bytes or a path to it.")
     t1 = time.perf_counter()
     timings["decode"] = (t1 - t0) * 1000
-    located_at = []
-
-    def rectify(loc):
-        located_at.append(time.perf_counter())
-        return rectify_sheet(decoded.image, loc, dpi=dpi, refine=refine)
-
-    # rectification starts as soon as the homography is known; locate's registration and blur
-    # checks run beside it (on a second core when allowed) and are timed with it
-    location, rect = locate_sheet(decoded.image, template_id=template_id, then=rectify)
-    t2, t3 = located_at[0], time.perf_counter()
+    # the homography first: locate's registration and blur checks wait for the helper
+    # thread's idle time (below), so that rectification has it for its own tiles
+    location, complete = locate_sheet(decoded.image, template_id=template_id, defer_checks=True)
+    t2 = time.perf_counter()
     timings["locate"] = (t2 - t1) * 1000
+    try:
+        rect = rectify_sheet(decoded.image, location, dpi=dpi, refine=refine)
+    except Exception:
+        complete()  # (the checks' error comes first, as when they ran before)
+        raise
+    t3 = time.perf_counter()
     timings["rectify"] = (t3 - t2) * 1000
     template = location.template
     model = sheet_model(template, dpi=dpi)
     t3m = time.perf_counter()
     # building a template's model happens once per process (then cached): timed apart
     timings["model"] = (t3m - t3) * 1000
-    t3 = t3m
-    valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
-    light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
-    t4 = time.perf_counter()
-    timings["light"] = (t4 - t3) * 1000
-    pconf, pconf_parts = photo_confidence(location, rect)
-    learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
-    sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
-                           valid=valid, review_threshold=review_threshold,
-                           photo_confidence=pconf,
-                           photo_features=photo_features(pconf_parts, rect, light),
-                           keep_matrix=keep_matrix, learned=learned)
+    # locate's checks on the helper thread, beside the light normalisation (which has no use
+    # for it) and classify's start; on one thread, here and now (timed with locate)
+    checks = start(complete)
+    t3 = time.perf_counter()
+    timings["locate"] += (t3 - t3m) * 1000
+    if checks.done():
+        location = checks.result()  # (a blurred photo stops here)
+    try:
+        valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
+        light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
+        t4 = time.perf_counter()
+        timings["light"] = (t4 - t3) * 1000
+        if checks.done():
+            location = checks.result()
+        pconf, pconf_parts = photo_confidence(location, rect)
+        learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
+        sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
+                               valid=valid, review_threshold=review_threshold,
+                               photo_confidence=pconf,
+                               photo_features=photo_features(pconf_parts, rect, light),
+                               keep_matrix=keep_matrix, learned=learned)
+    except Exception:
+        checks.result()  # (the checks' error comes first)
+        raise
+    location = checks.result()
     t5 = time.perf_counter()
     timings["classify"] = (t5 - t4) * 1000
     timings["total"] = (t5 - t0) * 1000
