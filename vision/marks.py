@@ -397,12 +397,15 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         probe_l.append(np.flatnonzero(sel.reshape(-1)))
         probe_c.append(c)
     for c in range(_LEAK_DIV_CLASSES, _LEAK_CLASSES):
-        probe_l.append(np.flatnonzero((outside & (leak_col_img == c) & (leak_div_img < 0)).reshape(-1)))
+        sel = outside & (leak_col_img == c) & (leak_div_img < 0)
+        probe_l.append(np.flatnonzero(sel.reshape(-1)))
         probe_c.append(c)
     probe_l = [p[:: max(1, p.size // _LEAK_PROBES)] for p in probe_l]
     leak_probe = np.concatenate(probe_l).astype(np.int64)
-    leak_probe_class = np.concatenate([np.full(p.size, c, np.int8) for p, c in zip(probe_l, probe_c)])
-    leak_probe_divisor = np.maximum(divisor_img.reshape(-1, 3)[leak_probe], 0.15).astype(np.float32)
+    leak_probe_class = np.concatenate([np.full(p.size, c, np.int8)
+                                       for p, c in zip(probe_l, probe_c)])
+    leak_probe_divisor = np.maximum(divisor_img.reshape(-1, 3)[leak_probe],
+                                    0.15).astype(np.float32)
 
     margin = max(1, int(round(margin_mm * k)))
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
@@ -550,8 +553,11 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     pix = cat(pix_l, np.int64)
     # (the print's leak is taken off area regions that take a pencil colour: boxes, symbols,
     # treasures; connections and number fields read as they did)
-    leak_area = np.array([not is_line[i] and bool(set(template.region(rid).marks) & set(PENCIL_COLOURS))
+    leak_area = np.array([not is_line[i]
+                          and bool(set(template.region(rid).marks) & set(PENCIL_COLOURS))
                           for i, rid in enumerate(ids)] + [False], bool)
+    leak_div = np.where(leak_area[lab_all], leak_div_img.reshape(-1)[pix], -1).astype(np.int8)
+    leak_col = np.where(leak_area[lab_all], leak_col_img.reshape(-1)[pix], -1).astype(np.int8)
     paper_sample = np.flatnonzero(paper.reshape(-1))
     if paper_sample.size > 20000:
         paper_sample = paper_sample[:: paper_sample.size // 20000]
@@ -566,8 +572,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
                       strip_dxy, float(strip_px), strip_sum_idx, strip_ext,
                       local_paper=tuple(local) or None,
-                      leak_div=np.where(leak_area[lab_all], leak_div_img.reshape(-1)[pix], -1).astype(np.int8),
-                      leak_col=np.where(leak_area[lab_all], leak_col_img.reshape(-1)[pix], -1).astype(np.int8),
+                      leak_div=leak_div, leak_col=leak_col,
                       leak_probe=leak_probe, leak_probe_class=leak_probe_class,
                       leak_probe_divisor=leak_probe_divisor,
                       divided_rows=np.flatnonzero((divisor.min(axis=1) < 1.0)
@@ -757,10 +762,11 @@ def _leak_allowance(probe_lab: np.ndarray, probe_class: np.ndarray,
     """What the print leaks into paper beside it on this photo, per leak class: the chroma and
     the darkness (L* below paper) that bare paper in that class reaches (robust median plus
     three spreads) beyond what the photo's open paper reaches (the same: its "faint" level).
-    At most half the "coloured" chroma threshold and half the "dark" drop: a leak is a few
-    units, while the probes may hold a pencil's overshoot (between the filled cells of a busy
-    sheet: up to 16 units measured on a hard photo), which must not take a fill's colour
-    away. A class with too few probes gets 0 (nothing measured, nothing taken off). Returns
+    At most the "coloured" chroma threshold and half the "dark" drop: a leak is a few units
+    (up to 6 measured on clear photos), while the probes may hold a pencil's overshoot
+    (between the filled cells of a busy sheet: 16 units measured on a hard photo), which must
+    not take a fill's colour away (and :func:`_print_leak` spares texels darker than paper).
+    A class with too few probes gets 0 (nothing measured, nothing taken off). Returns
     ``(chroma, darkness)``, each (_LEAK_CLASSES,)."""
     ac = np.zeros(_LEAK_CLASSES)
     al = np.zeros(_LEAK_CLASSES)
@@ -770,7 +776,7 @@ def _leak_allowance(probe_lab: np.ndarray, probe_class: np.ndarray,
     D = float(th["paper_l"]) - probe_lab[:, 0]
     c_base = float(th.get("paper_chroma", 0.0)) + 3.0 * float(th.get("paper_chroma_sd", 1.0))
     l_base = 3.0 * float(th.get("paper_l_sd", 1.0))
-    c_max = 0.5 * float(th["chroma"])
+    c_max = float(th["chroma"])
     l_max = 0.5 * max(float(th["paper_l"]) - float(th["dark_l"]), 0.0)
     for c in range(_LEAK_CLASSES):
         sel = probe_class == c
