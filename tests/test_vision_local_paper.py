@@ -8,6 +8,7 @@ crease) used to read as "written": a quarter of its paper was darker than this p
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
@@ -86,3 +87,14 @@ def test_digits_beside_a_fold_still_read_written(reefs):
         img = _fold(painted, crease_y_mm=y1 + 1.5)
         r = _read(model, img).readings[field.id]
         assert r.mark == "written", (field.id, r.mark, r.confidence)
+
+
+@pytest.mark.parametrize("r", [2, 8, 14, 23])
+def test_the_fast_closing_is_opencvs_disk_closing_bit_for_bit(r):
+    from vision.marks import _close_disk, _disk
+    rng = np.random.default_rng(r)
+    for shape in [(97, 131), (9, 40), (2 * r + 5, 3)]:   # also windows smaller than the disk
+        img = (rng.random(shape) * 100).astype(np.float32)
+        img[:, ::5] -= 40                                  # strokes to close over
+        want = cv2.morphologyEx(img, cv2.MORPH_CLOSE, _disk(r), borderType=cv2.BORDER_REPLICATE)
+        assert np.array_equal(_close_disk(img, _disk(r)), want)

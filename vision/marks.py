@@ -38,6 +38,7 @@ the probability of the chosen mark, and ``review`` is set when it is below the t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -639,7 +640,46 @@ class _Features:
 LOCAL_PAPER_MM = 3.5
 
 
-def _local_paper_l(lab: np.ndarray, model: SheetModel, sample, paper_l: float) -> np.ndarray:
+def _local_paper_here(model: SheetModel, sample) -> list[np.ndarray]:
+    """The paper's L under each bare-paper window of ``model.local_paper`` (the closing of
+    :func:`_local_paper_l`), flat, one array per window. Needs only the photo's pixels, not the
+    regions' Lab or the photo's thresholds: computed beside them (classify_sheet)."""
+    k = model.dpi / 25.4
+    kernel = _disk(max(2, int(round(LOCAL_PAPER_MM * k))))
+    out = []
+    for rows, win, (h, w), pos in model.local_paper:
+        Lw = linear_to_lab(sample(win))[:, 0].reshape(h, w).astype(np.float32)
+        out.append(_close_disk(Lw, kernel).reshape(-1))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _disk_rects(r: int) -> tuple[np.ndarray, ...]:
+    """The disk ``_disk(r)`` as a union of centred rectangles (as structuring elements): one
+    per corner of its outline in a quadrant."""
+    disk = _disk(r)
+    half = [int(np.flatnonzero(disk[r + dy]).max()) - r for dy in range(r + 1)]
+    rects = [(w, dy) for dy, w in enumerate(half) if dy == r or half[dy + 1] < w]
+    union = np.zeros_like(disk)
+    for w, h in rects:
+        union[r - h:r + h + 1, r - w:r + w + 1] = 1
+    if not np.array_equal(union, disk > 0):  # pragma: no cover - OpenCV's ellipse is convex
+        return (disk,)
+    return tuple(cv2.getStructuringElement(cv2.MORPH_RECT, (2 * w + 1, 2 * h + 1)) for w, h in rects)
+
+
+def _close_disk(img: np.ndarray, disk: np.ndarray) -> np.ndarray:
+    """``cv2.morphologyEx(img, MORPH_CLOSE, disk, borderType=BORDER_REPLICATE)``, bit for bit,
+    about twice as fast: a dilation by a union of shapes is the maximum of the dilations by each
+    (an erosion the minimum), and OpenCV dilates by a rectangle in a few passes per pixel."""
+    rects = _disk_rects(disk.shape[0] // 2)
+    rep = cv2.BORDER_REPLICATE
+    grown = functools.reduce(np.maximum, (cv2.dilate(img, k, borderType=rep) for k in rects))
+    return functools.reduce(np.minimum, (cv2.erode(grown, k, borderType=rep) for k in rects))
+
+
+def _local_paper_l(lab: np.ndarray, model: SheetModel, sample, paper_l: float,
+                   paper_here: list[np.ndarray] | None = None) -> np.ndarray:
     """``lab`` with the bare-paper regions' L measured against the paper round them.
 
     A number field is bare paper inside a thin printed frame, read as "written" when enough of
@@ -647,16 +687,15 @@ def _local_paper_l(lab: np.ndarray, model: SheetModel, sample, paper_l: float) -
     of it, which the light stage's coarse flattening leaves, and an empty field then read as
     written for both readers (the closing below estimates the paper under the box instead). Each
     region's L becomes ``L - paper_here + paper_l``: strokes keep their contrast to the paper
-    next to them, the paper itself reads as this photo's paper."""
-    k = model.dpi / 25.4
-    kernel = _disk(max(2, int(round(LOCAL_PAPER_MM * k))))
+    next to them, the paper itself reads as this photo's paper. ``paper_here``: what
+    :func:`_local_paper_here` gives for this photo, when already computed."""
+    if paper_here is None:
+        paper_here = _local_paper_here(model, sample)
     out = lab
-    for rows, win, (h, w), pos in model.local_paper:
-        Lw = linear_to_lab(sample(win))[:, 0].reshape(h, w).astype(np.float32)
-        paper_here = cv2.morphologyEx(Lw, cv2.MORPH_CLOSE, kernel, borderType=cv2.BORDER_REPLICATE)
+    for (rows, _, _, pos), here in zip(model.local_paper, paper_here):
         if out is lab:
             out = lab.copy()
-        out[rows, 0] = lab[rows, 0] + (paper_l - paper_here.reshape(-1)[pos])
+        out[rows, 0] = lab[rows, 0] + (paper_l - here[pos])
     return out
 
 
@@ -1555,17 +1594,19 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
 
     def regions():
         # Pencil on print multiplies its reflectance: divide the print out (never brighter
-        # than paper, _divide_print).
-        return linear_to_lab(_divide_print(sample(model.pix), model.divisor,
+        # than paper, _divide_print). With it, the paper under the bare-paper regions, which
+        # needs only the photo's pixels too (the longer of the two sides otherwise).
+        lab_ = linear_to_lab(_divide_print(sample(model.pix), model.divisor,
                                            rows=model.divided_rows))
+        return lab_, (_local_paper_here(model, sample) if model.local_paper else None)
 
     # (independent pixels: the paper statistics and the halo's ink beside the regions' Lab
     # when a second core is allowed, vision._geom_threads; the same values either way)
-    (th, (halo, leak)), lab = both(paper_and_halo, regions)
+    (th, (halo, leak)), (lab, paper_here) = both(paper_and_halo, regions)
     if leak is not None:
         lab = _print_leak(lab, model, leak, th["paper_l"], th["dark_l"])
     if model.local_paper:
-        lab = _local_paper_l(lab, model, sample, th["paper_l"])
+        lab = _local_paper_l(lab, model, sample, th["paper_l"], paper_here)
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
