@@ -38,7 +38,6 @@ the probability of the chosen mark, and ``review`` is set when it is below the t
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -227,21 +226,6 @@ class SheetModel:
     strip_px: float = 0.0
     strip_sum_idx: tuple | None = None
     strip_ext: np.ndarray | None = None
-    #: Bare-paper regions (number fields): per region, ``(rows, window, (h, w), pos)``: its
-    #: rows of ``pix``, the flat pixel indices of a window round it, the window's shape, and
-    #: each row's place in the window (:func:`_local_paper_l`).
-    local_paper: tuple | None = None
-    #: Print leaks (:func:`_print_leak`): per region pixel, its leak class near neutral print
-    #: that is divided out (by the divisor's level) and near coloured print (by the distance),
-    #: -1 for none; paper probes outside every readable region in the same classes, with
-    #: their divisor.
-    leak_div: np.ndarray | None = None
-    leak_col: np.ndarray | None = None
-    leak_probe: np.ndarray | None = None
-    leak_probe_class: np.ndarray | None = None
-    leak_probe_divisor: np.ndarray | None = None
-    #: Rows of ``pix`` in area regions where print is divided out (:func:`_divide_print`).
-    divided_rows: np.ndarray | None = None
 
 
 #: Straight-line search (``SheetModel.strip_bin``): orientations over 180 degrees and strips
@@ -383,30 +367,6 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     no_halo = (cv2.dilate(all_regions, win) > 0) | structure | (y < 0.85)
     all_regions = cv2.dilate(all_regions, _disk(max(1, int(round(1.0 * k))))) > 0
     paper = near_white & uniform & ~all_regions
-    # Print leak classes (_print_leak): how much print is divided out here, and how close
-    # coloured print is. Probes: pixels of those classes outside every readable region (with
-    # the guard), where no pencil belongs.
-    leak_div_img, leak_col_img = _leak_classes(divisor_img.mean(axis=2), chroma_e, k)
-    readable = np.zeros((H, W), np.uint8)
-    for r in template.readable_regions():
-        _fill(readable, _region_polygon_px(r, k, band=segment_band if r.shape.type == "segment"
-                                           else 1.0))
-    outside = ~(cv2.dilate(readable, win) > 0) & ~structure
-    probe_l, probe_c = [], []
-    for c, sel in ((c, outside & (leak_div_img == c) & (leak_col_img < 0))
-                   for c in range(_LEAK_DIV_CLASSES)):
-        probe_l.append(np.flatnonzero(sel.reshape(-1)))
-        probe_c.append(c)
-    for c in range(_LEAK_DIV_CLASSES, _LEAK_CLASSES):
-        sel = outside & (leak_col_img == c) & (leak_div_img < 0)
-        probe_l.append(np.flatnonzero(sel.reshape(-1)))
-        probe_c.append(c)
-    probe_l = [p[:: max(1, p.size // _LEAK_PROBES)] for p in probe_l]
-    leak_probe = np.concatenate(probe_l).astype(np.int64)
-    leak_probe_class = np.concatenate([np.full(p.size, c, np.int8)
-                                       for p, c in zip(probe_l, probe_c)])
-    leak_probe_divisor = np.maximum(divisor_img.reshape(-1, 3)[leak_probe],
-                                    0.15).astype(np.float32)
 
     margin = max(1, int(round(margin_mm * k)))
     ids, pix_l, lab_l, band_l, off_l, area = [], [], [], [], [], []
@@ -506,24 +466,6 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         area.append(rr.size)
         n_pix += rr.size
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-    # Bare-paper regions (number fields: "written" and no pencil colour) measure their
-    # darkness against the paper round them (classify_sheet, _local_paper_l): a window a
-    # little wider than the region, so that the paper estimate reaches past the printed frame.
-    local = []
-    pad = LOCAL_PAPER_MM * 2 * k
-    for i, rid in enumerate(ids):
-        r = template.region(rid)
-        if "written" not in r.marks or set(r.marks) & set(PENCIL_COLOURS):
-            continue
-        rows = np.flatnonzero(lab_l[i] >= 0) + sum(a.size for a in pix_l[:i])
-        x0, y0, x1, y1 = (v * k for v in r.shape.bbox())
-        c0, r0 = max(0, int(math.floor(x0 - pad))), max(0, int(math.floor(y0 - pad)))
-        c1, r1 = min(W, int(math.ceil(x1 + pad))), min(H, int(math.ceil(y1 + pad)))
-        p = pix_l[i]
-        if not p.size or c1 <= c0 or r1 <= r0:
-            continue
-        win = (np.arange(r0, r1)[:, None] * W + np.arange(c0, c1)[None, :]).reshape(-1)
-        local.append((rows, win, (r1 - r0, c1 - c0), (p // W - r0) * (c1 - c0) + (p % W - c0)))
     # straight-line search geometry (SheetModel.strip_bin): per orientation, the strip of
     # each area pixel, counted once here (the pixel set is fixed)
     strip_pos = cat(spos_l, np.int64)
@@ -552,13 +494,6 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     if strip_pos.size:
         np.maximum.at(strip_ext, lab_all[strip_pos], np.hypot(strip_dxy[:, 0], strip_dxy[:, 1]))
     pix = cat(pix_l, np.int64)
-    # (the print's leak is taken off area regions that take a pencil colour: boxes, symbols,
-    # treasures; connections and number fields read as they did)
-    leak_area = np.array([not is_line[i]
-                          and bool(set(template.region(rid).marks) & set(PENCIL_COLOURS))
-                          for i, rid in enumerate(ids)] + [False], bool)
-    leak_div = np.where(leak_area[lab_all], leak_div_img.reshape(-1)[pix], -1).astype(np.int8)
-    leak_col = np.where(leak_area[lab_all], leak_col_img.reshape(-1)[pix], -1).astype(np.int8)
     paper_sample = np.flatnonzero(paper.reshape(-1))
     if paper_sample.size > 20000:
         paper_sample = paper_sample[:: paper_sample.size // 20000]
@@ -571,13 +506,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample,
                       np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
                       cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
-                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext,
-                      local_paper=tuple(local) or None,
-                      leak_div=leak_div, leak_col=leak_col,
-                      leak_probe=leak_probe, leak_probe_class=leak_probe_class,
-                      leak_probe_divisor=leak_probe_divisor,
-                      divided_rows=np.flatnonzero((divisor.min(axis=1) < 1.0)
-                                                  & ~np.asarray(is_line, bool)[lab_all]))
+                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext)
 
 
 # --------------------------------------------------------------------------------------------
@@ -634,71 +563,6 @@ class _Features:
     lines: Mapping[str, np.ndarray] | None = None
 
 
-#: Radius of the closing that estimates the paper under a bare-paper region (number field):
-#: it takes out the dark strokes narrower than twice this (handwriting, the printed frame) and
-#: keeps the light's variation (a shadow's soft edge across the box).
-LOCAL_PAPER_MM = 3.5
-
-
-def _local_paper_here(model: SheetModel, sample) -> list[np.ndarray]:
-    """The paper's L under each bare-paper window of ``model.local_paper`` (the closing of
-    :func:`_local_paper_l`), flat, one array per window. Needs only the photo's pixels, not the
-    regions' Lab or the photo's thresholds: computed beside them (classify_sheet)."""
-    k = model.dpi / 25.4
-    kernel = _disk(max(2, int(round(LOCAL_PAPER_MM * k))))
-    out = []
-    for rows, win, (h, w), pos in model.local_paper:
-        Lw = linear_to_lab(sample(win))[:, 0].reshape(h, w).astype(np.float32)
-        out.append(_close_disk(Lw, kernel).reshape(-1))
-    return out
-
-
-@functools.lru_cache(maxsize=8)
-def _disk_rects(r: int) -> tuple[np.ndarray, ...]:
-    """The disk ``_disk(r)`` as a union of centred rectangles (as structuring elements): one
-    per corner of its outline in a quadrant."""
-    disk = _disk(r)
-    half = [int(np.flatnonzero(disk[r + dy]).max()) - r for dy in range(r + 1)]
-    rects = [(w, dy) for dy, w in enumerate(half) if dy == r or half[dy + 1] < w]
-    union = np.zeros_like(disk)
-    for w, h in rects:
-        union[r - h:r + h + 1, r - w:r + w + 1] = 1
-    if not np.array_equal(union, disk > 0):  # pragma: no cover - OpenCV's ellipse is convex
-        return (disk,)
-    return tuple(cv2.getStructuringElement(cv2.MORPH_RECT, (2 * w + 1, 2 * h + 1)) for w, h in rects)
-
-
-def _close_disk(img: np.ndarray, disk: np.ndarray) -> np.ndarray:
-    """``cv2.morphologyEx(img, MORPH_CLOSE, disk, borderType=BORDER_REPLICATE)``, bit for bit,
-    about twice as fast: a dilation by a union of shapes is the maximum of the dilations by each
-    (an erosion the minimum), and OpenCV dilates by a rectangle in a few passes per pixel."""
-    rects = _disk_rects(disk.shape[0] // 2)
-    rep = cv2.BORDER_REPLICATE
-    grown = functools.reduce(np.maximum, (cv2.dilate(img, k, borderType=rep) for k in rects))
-    return functools.reduce(np.minimum, (cv2.erode(grown, k, borderType=rep) for k in rects))
-
-
-def _local_paper_l(lab: np.ndarray, model: SheetModel, sample, paper_l: float,
-                   paper_here: list[np.ndarray] | None = None) -> np.ndarray:
-    """``lab`` with the bare-paper regions' L measured against the paper round them.
-
-    A number field is bare paper inside a thin printed frame, read as "written" when enough of
-    it is darker than this photo's paper. A soft shadow edge across the box darkens a good part
-    of it, which the light stage's coarse flattening leaves, and an empty field then read as
-    written for both readers (the closing below estimates the paper under the box instead). Each
-    region's L becomes ``L - paper_here + paper_l``: strokes keep their contrast to the paper
-    next to them, the paper itself reads as this photo's paper. ``paper_here``: what
-    :func:`_local_paper_here` gives for this photo, when already computed."""
-    if paper_here is None:
-        paper_here = _local_paper_here(model, sample)
-    out = lab
-    for (rows, _, _, pos), here in zip(model.local_paper, paper_here):
-        if out is lab:
-            out = lab.copy()
-        out[rows, 0] = lab[rows, 0] + (paper_l - here[pos])
-    return out
-
-
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
     """Coloured/dark thresholds from this photo's own paper noise."""
     if lab_paper.shape[0] < 50:
@@ -721,151 +585,6 @@ def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, floa
     return {"chroma": chroma, "dark_l": l_med - drop, "paper_l": l_med, "paper_chroma": c_med,
             "paper_chroma_sd": c_sd, "paper_l_sd": l_sd, "chroma_faint": chroma_lo,
             "dark_l_faint": l_med - drop_lo}
-
-
-def _divide_print(linear: np.ndarray, divisor: np.ndarray, *,
-                  rows: np.ndarray | None = None) -> np.ndarray:
-    """The region pixels with the print divided out, never brighter than paper.
-
-    Pencil over print multiplies the print's reflectance, so dividing by what the print
-    contributes (``SheetModel.divisor``) restores the pencil. But the divisor is the darkest
-    print within the misregistration guard, and a photo's print is blurred and shifted: beside
-    a thin grey line (a treasure's chest, its digit) the photo often shows paper where the
-    divisor expects the line, and the division lifted that paper up to six times paper white
-    (L* 160), its JPEG and demosaicing colour fringes with it: on empty treasures of clear
-    photos, 6.5 % of such pixels read "coloured" and 25 % "faint". Print can explain at most the
-    darkness that is there: a pixel is lifted to paper white (1 in the light-normalised image)
-    at most, or kept as it is when it is already brighter, its chromaticity unchanged. Where
-    the divisor is 1 (no print) nothing changes; pencil over the print stays darker than paper
-    and is divided as before.
-
-    Parameters
-    ----------
-    linear : (P, 3) float ndarray
-        The light-normalised photo at the region pixels (paper = 1).
-    divisor : (P, 3) float ndarray
-    rows : (K,) int ndarray, optional
-        The pixels held to paper white (default all; ``SheetModel.divided_rows``: those of
-        area regions where print is divided out). Connections are not: their faint guide
-        runs where the player draws, and a pale stroke beside a misregistered dot is read by
-        its lift as it was.
-
-    Returns
-    -------
-    (P, 3) float32 ndarray
-    """
-    linear = np.asarray(linear, np.float32)
-    out = linear / divisor
-    sub, lin = (out, linear) if rows is None else (out[rows], linear[rows])
-    y_out = sub @ _LUM
-    cap = np.maximum(lin @ _LUM, 1.0)
-    over = y_out > cap
-    if over.any():
-        sub[over] *= (cap[over] / y_out[over])[:, None]
-        if rows is not None:
-            out[rows] = sub
-    return out
-
-
-#: Print leak classes (:func:`_leak_classes`): the divided-out neutral print's level (the
-#: divisor's mean, upper bounds; at or above the last, no print is divided out) and the
-#: distance to coloured print (mm, upper bounds; beyond the last, no leak).
-_LEAK_DIV_EDGES = (0.35, 0.6, 0.97)
-_LEAK_COL_EDGES_MM = (0.7, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0)
-_LEAK_DIV_CLASSES = len(_LEAK_DIV_EDGES)
-_LEAK_CLASSES = _LEAK_DIV_CLASSES + len(_LEAK_COL_EDGES_MM)
-#: probes kept per class (evenly spread), and fewest probes a class is measured on
-_LEAK_PROBES = 1000
-_LEAK_MIN_PROBES = 60
-
-
-def _leak_classes(divisor_l: np.ndarray, print_chroma: np.ndarray, k: float):
-    """Per pixel of the render: its class of divided-out neutral print (0 .. _LEAK_DIV_CLASSES
-    - 1, or -1) and of nearness to coloured print (_LEAK_DIV_CLASSES .. _LEAK_CLASSES - 1, or
-    -1). ``divisor_l``: the divisor's level; ``print_chroma``: the render's chroma (max - min of
-    linear RGB); ``k``: px per mm."""
-    div = np.searchsorted(np.asarray(_LEAK_DIV_EDGES), divisor_l, side="right")
-    div = np.where(div < _LEAK_DIV_CLASSES, div, -1).astype(np.int8)
-    coloured = (print_chroma > 0.1).astype(np.uint8)
-    if coloured.any():
-        dist = cv2.distanceTransform(1 - coloured, cv2.DIST_L2, 5) / k
-        col = np.searchsorted(np.asarray(_LEAK_COL_EDGES_MM), dist, side="right")
-        col = np.where(col < len(_LEAK_COL_EDGES_MM), col + _LEAK_DIV_CLASSES, -1).astype(np.int8)
-    else:
-        col = np.full(divisor_l.shape, -1, np.int8)
-    return div, col
-
-
-def _leak_allowance(probe_lab: np.ndarray, probe_class: np.ndarray,
-                    th: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """What the print leaks into paper beside it on this photo, per leak class: the chroma and
-    the darkness (L* below paper) that bare paper in that class reaches (robust median plus
-    three spreads) beyond what the photo's open paper reaches (the same: its "faint" level).
-    At most the "coloured" chroma threshold and half the "dark" drop: a leak is a few units
-    (up to 6 measured on clear photos), while the probes may hold a pencil's overshoot
-    (between the filled cells of a busy sheet: 16 units measured on a hard photo), which must
-    not take a fill's colour away (and :func:`_print_leak` spares texels darker than paper).
-    A class with too few probes gets 0 (nothing measured, nothing taken off). Returns
-    ``(chroma, darkness)``, each (_LEAK_CLASSES,)."""
-    ac = np.zeros(_LEAK_CLASSES)
-    al = np.zeros(_LEAK_CLASSES)
-    if probe_lab is None or probe_class is None or probe_lab.shape[0] == 0:
-        return ac, al
-    C = np.hypot(probe_lab[:, 1], probe_lab[:, 2])
-    D = float(th["paper_l"]) - probe_lab[:, 0]
-    c_base = float(th.get("paper_chroma", 0.0)) + 3.0 * float(th.get("paper_chroma_sd", 1.0))
-    l_base = 3.0 * float(th.get("paper_l_sd", 1.0))
-    c_max = float(th["chroma"])
-    l_max = 0.5 * max(float(th["paper_l"]) - float(th["dark_l"]), 0.0)
-    for c in range(_LEAK_CLASSES):
-        sel = probe_class == c
-        if sel.sum() < _LEAK_MIN_PROBES:
-            continue
-        for v, base, top, out in ((C[sel], c_base, c_max, ac), (D[sel], l_base, l_max, al)):
-            m = float(np.median(v))
-            sd = 1.4826 * float(np.median(np.abs(v - m)))
-            out[c] = min(max(0.0, m + 3.0 * sd - base), top)
-    return ac, al
-
-
-def _print_leak(lab: np.ndarray, model: SheetModel, allowance, paper_l: float,
-                dark_l: float) -> np.ndarray:
-    """``lab`` with the print's leak taken off the pixels of the area regions that take a
-    pencil colour (``SheetModel.leak_div``, ``leak_col``; -1 elsewhere).
-
-    Near print, paper is not paper: coloured print (a treasure's ring, a coloured symbol)
-    bleeds its colour a millimetre into the paper beside it (optics, JPEG's halved chroma),
-    and neutral print divided out leaves its colour fringes and the camera's tint of grey.
-    On empty symbols and treasures of clear photos this made 12 % of the pixels near coloured
-    print "coloured" and a third "faint", and the ink contrast of narrow glyph interiors
-    reached 5-8 noise units: a print the template knows, read as a mark. How much leaks is
-    measured on this photo, on paper of the same classes outside every readable region
-    (:func:`_leak_allowance`), and taken off each pixel's chroma (its hue kept; in full at
-    paper's lightness, not at all at the "dark" level) and darkness (up to paper): a pencil,
-    far above that, stays."""
-    if model.leak_div is None or model.leak_col is None:
-        return lab
-    ac, al = allowance
-    if not (ac.any() or al.any()):
-        return lab
-    rows = np.flatnonzero((model.leak_div >= 0) | (model.leak_col >= 0))
-    acx, alx = np.append(ac, 0.0), np.append(al, 0.0)  # class -1 -> the appended 0
-    dv, cl = model.leak_div[rows], model.leak_col[rows]
-    a_c = np.maximum(acx[dv], acx[cl])
-    a_l = np.maximum(alx[dv], alx[cl])
-    out = lab.copy()
-    sub = out[rows]
-    C = np.hypot(sub[:, 1], sub[:, 2])
-    # The leak is paper with a tint: the whole allowance at paper's lightness, none at the
-    # "dark" level and below, where a pencil stroke is (a pale fill's texels, darker than
-    # paper, keep their colour and are not turned grey).
-    a_c = a_c * np.clip((sub[:, 0] - dark_l) / max(paper_l - dark_l, 1e-6), 0.0, 1.0)
-    scale = np.maximum(C - a_c, 0.0) / np.maximum(C, 1e-9)
-    sub[:, 1] *= scale
-    sub[:, 2] *= scale
-    sub[:, 0] += np.minimum(a_l, np.maximum(paper_l - sub[:, 0], 0.0))
-    out[rows] = sub
-    return out
 
 
 class _RegionSums:
@@ -1583,30 +1302,15 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
         halo = (_measure_halo(linear_to_lab(sample(model.halo_pix)), model, th, valid)
                 if has_halo else None)
-        leak = None
-        if model.leak_probe is not None and model.leak_probe.size:
-            qidx, qcls, qdiv = model.leak_probe, model.leak_probe_class, model.leak_probe_divisor
-            if valid is not None:
-                keep = np.asarray(valid, bool).reshape(-1)[qidx]
-                qidx, qcls, qdiv = qidx[keep], qcls[keep], qdiv[keep]
-            leak = _leak_allowance(linear_to_lab(_divide_print(sample(qidx), qdiv)), qcls, th)
-        return th, (halo, leak)
+        return th, halo
 
     def regions():
-        # Pencil on print multiplies its reflectance: divide the print out (never brighter
-        # than paper, _divide_print). With it, the paper under the bare-paper regions, which
-        # needs only the photo's pixels too (the longer of the two sides otherwise).
-        lab_ = linear_to_lab(_divide_print(sample(model.pix), model.divisor,
-                                           rows=model.divided_rows))
-        return lab_, (_local_paper_here(model, sample) if model.local_paper else None)
+        # Pencil on print multiplies its reflectance: divide the print out.
+        return linear_to_lab(sample(model.pix) / model.divisor)
 
     # (independent pixels: the paper statistics and the halo's ink beside the regions' Lab
     # when a second core is allowed, vision._geom_threads; the same values either way)
-    (th, (halo, leak)), (lab, paper_here) = both(paper_and_halo, regions)
-    if leak is not None:
-        lab = _print_leak(lab, model, leak, th["paper_l"], th["dark_l"])
-    if model.local_paper:
-        lab = _local_paper_l(lab, model, sample, th["paper_l"], paper_here)
+    (th, halo), lab = both(paper_and_halo, regions)
     ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
