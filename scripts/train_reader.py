@@ -305,6 +305,20 @@ TIER_FLOOR = {"learned_min": 0.99, "hand_min": REVIEW_THRESHOLD, "learned_alone"
 TIER_MIN_READINGS = 5000
 
 
+#: Thresholds that no reading passes (a mark that is never confident under them).
+NEVER = {k: 1.01 for k in _FOUR}
+
+
+def tier_only(rule: DecisionRule, marks) -> DecisionRule:
+    """``rule`` with ``marks`` never confident outside the doubt tiers (``--tier-only``): their
+    per-mark thresholds become :data:`NEVER`, so only a tier chosen on clear photos' rows can
+    make them confident. For a mark whose errors hide in unclear photos rarer than the
+    calibration rows can bound (reader-v6 made "written" confident on any photo of doubt up to
+    0.12, with no error among 7,519 calibration fields, and the next hard photo broke it)."""
+    from dataclasses import replace
+    return replace(rule, by_mark={**(rule.by_mark or {}), **{m: dict(NEVER) for m in marks}})
+
+
 def _stricter(a: dict, b: dict) -> dict:
     """Thresholds confident only where both ``a`` and ``b`` are (each component the larger)."""
     return {k: max(a[k], b[k]) for k in _FOUR}
@@ -424,6 +438,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--by-mark", action="store_true",
                     help="choose the readers' thresholds per mark read (DecisionRule.by_mark)")
+    ap.add_argument("--tier-only", default="",
+                    help="marks, comma-separated, that may be confident only in a doubt tier "
+                         "(never on photos in more doubt than every tier), e.g. written")
     ap.add_argument("--dump", help="also save the rows the rule is chosen on (.npz, for what-if studies)")
     ap.add_argument("--lopo", action="store_true",
                     help="choose the rule also on leave-one-painter-out readings of the "
@@ -575,6 +592,8 @@ def main(argv=None) -> int:
     if args.by_mark:
         rule, how["by_mark"] = choose_by_mark(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
                                               cat["y"], cat["doubt"], margin=args.margin)
+    if args.tier_only:
+        rule = tier_only(rule, args.tier_only.split(","))
     if args.tiers:
         bounds = [float(b) for b in args.tiers.split(",") if b.strip()]
         rule, how["tiers"] = choose_tiers(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
@@ -619,7 +638,7 @@ def main(argv=None) -> int:
                      "margin": args.margin, "painters": painters, "lopo": bool(args.lopo),
                      "by_mark": bool(args.by_mark),
                      "calibration_only": [{"path": p, "sha256_16": digest(p)} for p in args.calib],
-                     "tiers": args.tiers,
+                     "tiers": args.tiers, "tier_only": args.tier_only,
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
                                 "min_leaf": args.min_leaf, "l2": args.l2,
                                 "independent": args.independent} if args.kind == "gbdt"

@@ -106,3 +106,24 @@ def test_a_photo_in_doubt_is_never_read_more_loosely_than_a_clearer_one(monkeypa
         assert all(b >= a for a, b in zip(t0, t1)), (kind, t0, t1)
     # the clear tier stays above its own error
     assert train_reader.relax(rule.thresholds("empty", 0.0, "box")[2], 1.5) > 0.9975
+
+
+def test_a_tier_only_mark_is_confident_on_clear_photos_and_never_on_others(monkeypatch):
+    rng = np.random.default_rng(2)
+    monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
+    monkeypatch.setattr(train_reader, "TIER_MIN_READINGS", 500)
+    # no error anywhere: by mark alone, "empty" would be confident on every photo
+    clear = _rows(rng, 3000, 0.9995, 0.0)
+    unclear = _rows(rng, 3000, 0.9995, 0.1)
+    cat = {k: np.concatenate([clear[k], unclear[k]]) for k in clear}
+    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
+    by_mark, _ = train_reader.choose_by_mark(base, *args, margin=1.5)
+    assert by_mark.thresholds("empty")[1] <= 1.0
+    rule = train_reader.tier_only(by_mark, ["empty"])
+    assert rule.thresholds("empty") == tuple(train_reader.NEVER[k] for k in train_reader._FOUR)
+    assert rule.thresholds("blue") == by_mark.thresholds("blue")
+    rule, _ = train_reader.choose_tiers(rule, *args, cat["kind"], bounds=[0, 0.015], margin=1.5)
+    sure, ok = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
+                                         cat["kind"])
+    assert sure[:3000].mean() > 0.9 and not sure[3000:].any()
