@@ -250,6 +250,10 @@ MARK_FLOOR = {"learned_min": 0.999, "hand_min": REVIEW_THRESHOLD, "learned_alone
 MARK_MIN_READINGS = 3000
 
 
+#: Thresholds that no reading passes (a mark that is never confident under them).
+NEVER = {k: 1.01 for k in _FOUR}
+
+
 def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margin: float,
                    floor: dict | None = None, min_readings: int | None = None) -> tuple[DecisionRule, dict]:
     """Thresholds per mark read (``DecisionRule.by_mark``), each chosen like the global rule:
@@ -287,8 +291,7 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
                         if best is None or n > best[0]:
                             best = (n, (hm, lm, la, hf))
         # no rule without error: that mark is never confident
-        hm, lm, la, hf = best[1] if best else (1.01, 1.01, 1.01, 1.01)
-        by_mark[name] = {"hand_min": hm, "learned_min": lm, "learned_alone": la, "hand_floor": hf}
+        by_mark[name] = dict(zip(_FOUR, best[1])) if best else dict(NEVER)
         counts[name]["confident"] = best[0] if best else 0
     from dataclasses import replace
     return replace(base, by_mark=by_mark), counts
@@ -303,10 +306,6 @@ TIER_FLOOR = {"learned_min": 0.99, "hand_min": REVIEW_THRESHOLD, "learned_alone"
 #: error was not in the calibration rows (on the dev corpora, tiers per kind from 3000
 #: readings, and a third tier at doubt 0.05, let a faint cross read empty at 0.998 through).
 TIER_MIN_READINGS = 5000
-
-
-#: Thresholds that no reading passes (a mark that is never confident under them).
-NEVER = {k: 1.01 for k in _FOUR}
 
 
 def tier_only(rule: DecisionRule, marks) -> DecisionRule:
