@@ -446,6 +446,9 @@ def main(argv=None) -> int:
                          "calibration photos (needs two training painters)")
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
+    unknown = sorted(set(m for m in args.tier_only.split(",") if m) - set(MARKS))
+    if unknown:  # (before minutes of fitting: a typo would otherwise fail at the export)
+        sys.exit(f"--tier-only names no mark {unknown}: marks are {', '.join(MARKS)}")
 
     tr = load_sets(args.train)
     bad = sorted(set(tr["painter"].tolist()) - set(TRAIN_PAINTERS))
@@ -592,7 +595,7 @@ def main(argv=None) -> int:
         rule, how["by_mark"] = choose_by_mark(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
                                               cat["y"], cat["doubt"], margin=args.margin)
     if args.tier_only:
-        rule = tier_only(rule, args.tier_only.split(","))
+        rule = tier_only(rule, [m for m in args.tier_only.split(",") if m])
     if args.tiers:
         bounds = [float(b) for b in args.tiers.split(",") if b.strip()]
         rule, how["tiers"] = choose_tiers(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],

@@ -127,3 +127,9 @@ def test_a_tier_only_mark_is_confident_on_clear_photos_and_never_on_others(monke
     sure, ok = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
                                          cat["kind"])
     assert sure[:3000].mean() > 0.9 and not sure[3000:].any()
+
+
+def test_a_tier_only_mark_must_be_a_mark(tmp_path):
+    with pytest.raises(SystemExit, match=r"--tier-only names no mark \['writen'\]"):
+        train_reader.main(["--train", str(tmp_path / "none.npz"), "--out", str(tmp_path / "m.json"),
+                           "--tier-only", "writen"])
