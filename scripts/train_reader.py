@@ -197,6 +197,14 @@ def relax(t, margin):
     return 1.0 - (1.0 - t) * margin if t <= 1.0 else t
 
 
+#: The global rule (what crossed and every mark without thresholds of its own are read by),
+#: and any thresholds "crossed" gets of its own, never let the learned reader be confident
+#: alone unless the hand reader is at least this sure of the same mark. The calibration rows hold few crossings-out, and a refit without
+#: this floor (session 5, second refit) read twelve coloured fills of a painter it never saw
+#: "crossed" at 0.9999 with the hand reader at 0.50-0.97.
+GLOBAL_HAND_FLOOR = 0.99
+
+
 def choose_rule(p, mark_h, c_h, pconf, y, doubt, *, margin: float, photo_gate: float) -> tuple[DecisionRule, dict]:
     mark_l = p.argmax(axis=1)
     best = None
@@ -219,6 +227,8 @@ def choose_rule(p, mark_h, c_h, pconf, y, doubt, *, margin: float, photo_gate: f
                 for hf in grid_h:
                     if la <= 1.0 and (la < lm or hf > hm):
                         continue  # the second clause only widens the first
+                    if la <= 1.0 and hf < GLOBAL_HAND_FLOOR:
+                        continue
                     for dm in (0.03, 0.05, 0.08, 0.12, 0.2, 1.0):
                         rule = DecisionRule(hm, lm, la, hf, photo_gate, dm)
                         # The margin loosens the learned reader's thresholds (a calibrated
@@ -280,10 +290,11 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
         ch, pl = c_h[sel], p_l[sel]
         wrong = ~ok[sel]
         ch_w, pl_w = ch[wrong], pl[wrong]
+        hf_min = GLOBAL_HAND_FLOOR if name == "crossed" else 0.0
         for hm in [h for h in grid_h if h >= floor["hand_min"]]:
             for lm in [v for v in grid_l if v >= floor["learned_min"]]:
                 for la in [v for v in grid_l if v >= max(lm, floor["learned_alone"])] + [1.01]:
-                    for hf in [h for h in grid_h if h <= hm]:
+                    for hf in [h for h in grid_h if hf_min <= h <= hm or (la > 1.0 and h == hm)]:
                         if np.any(((ch_w >= hm) & (pl_w >= relax(lm, margin)))
                                   | ((ch_w >= hf) & (pl_w >= relax(la, margin)))):
                             continue

@@ -133,3 +133,31 @@ def test_a_tier_only_mark_must_be_a_mark(tmp_path):
     with pytest.raises(SystemExit, match=r"--tier-only names no mark \['writen'\]"):
         train_reader.main(["--train", str(tmp_path / "none.npz"), "--out", str(tmp_path / "m.json"),
                            "--tier-only", "writen"])
+
+
+def test_crossed_is_never_confident_on_the_learned_reader_alone_with_a_hesitant_hand(monkeypatch):
+    # Crossings-out read "crossed" by both readers, the learned reader at ~0.9999, the hand
+    # reader hesitant (0.6): no error among them, so only the floor keeps them flagged. The
+    # same rows read "empty" may be confident on the learned reader alone.
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
+    crossed, empty = MARKS.index("crossed"), EMPTY
+    rows = {}
+    for m in (crossed, empty):
+        r = _rows(rng, 2000, 0.9999, 0.0)
+        r["p"][:, [EMPTY, BLUE]] = 0
+        r["p"][:, m] = 0.9999
+        r["p"][:, BLUE] = 1e-4
+        r["hand"][:], r["y"][:], r["c_h"][:] = m, m, 0.6
+        rows[m] = r
+    cat = {k: np.concatenate([rows[crossed][k], rows[empty][k]]) for k in rows[crossed]}
+    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    rule, _ = train_reader.choose_rule(*args, margin=1.5, photo_gate=0.5)
+    hm, lm, la, hf = rule.thresholds("crossed")
+    assert la > 1.0 or hf >= train_reader.GLOBAL_HAND_FLOOR
+    by_mark, _ = train_reader.choose_by_mark(rule, *args, margin=1.5)
+    for m, name in ((crossed, "crossed"), (empty, "empty")):
+        sure, _ = train_reader.rule_outcome(by_mark, cat["p"], cat["p"].argmax(axis=1),
+                                            *args[1:])
+        share = sure[cat["y"] == m].mean()
+        assert (share == 0.0) if name == "crossed" else (share == 1.0), (name, share)
