@@ -355,6 +355,9 @@ def choose_tiers(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, kind, *, b
         t = t or tier[1].get(m)
         return t or dict(zip(_FOUR, base.thresholds(m)))
 
+    def named(tier, kd, m):
+        return (kd is not None and m in (tier[2].get(kd) or {})) or m in tier[1]
+
     tiers, report = [], {}
     for bound in sorted(bounds):
         sel = doubt <= bound
@@ -366,14 +369,20 @@ def choose_tiers(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, kind, *, b
                 kinds[kd] = km
         report[str(bound)] = {"rows": int(sel.sum()), "marks": counts, "kinds": kind_counts}
         if tiers:
-            # monotone: never looser than the tier below, for any kind and mark it names
+            # monotone: never looser than the tier below, for any kind and mark it names. (A
+            # kind and mark that no tier below names need no such bound: a clearer photo's
+            # reading of it falls through to this tier, DecisionRule.thresholds; bounding it by
+            # the rule without tiers made a --tier-only mark never confident in any tier but
+            # the clearest, where it may have too few readings for thresholds of its own.)
             below = tiers[-1]
             for m in set(marks) | set(below[1]):
-                marks[m] = _stricter(lookup((bound, marks, kinds), None, m), lookup(below, None, m))
+                if named(below, None, m):
+                    marks[m] = _stricter(lookup((bound, marks, kinds), None, m), lookup(below, None, m))
             for kd in set(kinds) | set(below[2]):
                 for m in set(kinds.get(kd, {})) | set(below[2].get(kd, {})):
-                    kinds.setdefault(kd, {})[m] = _stricter(lookup((bound, marks, kinds), kd, m),
-                                                            lookup(below, kd, m))
+                    if named(below, kd, m):
+                        kinds.setdefault(kd, {})[m] = _stricter(lookup((bound, marks, kinds), kd, m),
+                                                                lookup(below, kd, m))
         if marks or kinds:
             tiers.append((float(bound), marks, kinds))
     rule = replace(base, tiers=tuple(tiers))

@@ -161,3 +161,29 @@ def test_crossed_is_never_confident_on_the_learned_reader_alone_with_a_hesitant_
                                             *args[1:])
         share = sure[cat["y"] == m].mean()
         assert (share == 0.0) if name == "crossed" else (share == 1.0), (name, share)
+
+
+def test_a_tier_only_mark_too_rare_on_the_clearest_photos_is_confident_in_the_next_tier(monkeypatch):
+    # "empty" is tier-only; too few readings at doubt 0 for thresholds of its own there, enough
+    # at doubt <= 0.015: readings on photos of doubt 0 and 0.01 are confident (a photo of doubt
+    # 0 falls through to the second tier), readings on photos in more doubt never are
+    rng = np.random.default_rng(4)
+    monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
+    monkeypatch.setattr(train_reader, "TIER_MIN_READINGS", 1000)
+    clearest = _rows(rng, 700, 0.9995, 0.0)
+    clear = _rows(rng, 1000, 0.9995, 0.01)
+    unclear = _rows(rng, 3000, 0.9995, 0.1)
+    # (blue marks on the clearest photos, enough for that tier to have thresholds of its own)
+    blue = _rows(rng, 1200, 0.9995, 0.0)
+    blue["p"][:, [EMPTY, BLUE]] = blue["p"][:, [BLUE, EMPTY]]
+    blue["hand"][:], blue["y"][:] = BLUE, BLUE
+    cat = {k: np.concatenate([clearest[k], clear[k], unclear[k], blue[k]]) for k in clear}
+    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
+    rule = train_reader.tier_only(train_reader.choose_by_mark(base, *args, margin=1.5)[0], ["empty"])
+    rule, _ = train_reader.choose_tiers(rule, *args, cat["kind"], bounds=[0, 0.015], margin=1.5)
+    sure, _ = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
+                                        cat["kind"])
+    assert rule.tiers[0][0] == 0.0 and "blue" in rule.tiers[0][1]
+    assert sure[:1700].mean() > 0.9 and not sure[1700:4700].any()
+    assert rule.thresholds("empty", 0.0, "box") == rule.thresholds("empty", 0.01, "box")
