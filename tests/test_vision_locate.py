@@ -428,3 +428,65 @@ def test_photo_grey_handed_from_locate_to_rectify():
     gs = photo_grey(strided)
     assert np.array_equal(gs, cv2.cvtColor(strided, cv2.COLOR_RGB2GRAY))
     assert photo_grey(want) is want  # already grey
+
+
+# --- the fast marker search on two threads -------------------------------------------------
+
+def _two_threads(monkeypatch):
+    from vision import _geom_threads
+    monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)  # (however busy the machine)
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(2)
+    return before
+
+
+@pytest.mark.parametrize("rotation,portrait", [(0, False), (-33, False), (90, True)])
+def test_fast_marker_search_on_two_halves_finds_what_the_whole_image_shows(rotation, portrait,
+                                                                           monkeypatch):
+    """The halves (cut across the long side, overlapping) give the same markers with the same
+    refined corners as the fast detector on the whole image, landscape or portrait."""
+    from vision.locate import _detect_fast_split, _detect_image
+
+    before = _two_threads(monkeypatch)
+    try:
+        for t, seed in ((TEMPLATES[1], 3), (TEMPLATES[2], 11)):
+            img = synth_photo(t, seed=seed, rotation_deg=rotation, size=(1400, 1050)).image
+            grey = _grey(img)
+            if portrait:
+                grey = np.ascontiguousarray(np.rot90(grey))  # (a turn, not a mirror)
+            small = _detect_image(grey)
+            whole = detect_markers(grey, fast=True, small=small)
+            halves = _detect_fast_split(grey, small, "DICT_4X4_50")
+            assert len(whole) == 4 and sorted(halves) == sorted(whole)
+            for mid, c in whole.items():
+                np.testing.assert_array_equal(halves[mid], c)
+    finally:
+        cv2.setNumThreads(before)
+
+
+def test_a_marker_across_the_middle_wider_than_the_overlap_is_left_to_the_whole_image(monkeypatch):
+    """The halves cannot see a marker wider than their overlap lying across the cut; the whole
+    image can. locate_sheet then detects on the whole image, so the location is the one a
+    single thread finds."""
+    from vision import locate as locate_mod
+    from vision.locate import _detect_fast_split, _detect_image
+
+    before = _two_threads(monkeypatch)
+    try:
+        grey = np.full((750, 1000), 255, np.uint8)
+        grey[200:500, 350:650] = marker_image("DICT_4X4_50", 3, 300)  # across the cut at 500
+        small = _detect_image(grey)
+        assert 3 in detect_markers(grey, fast=True, small=small)
+        assert 3 not in _detect_fast_split(grey, small, "DICT_4X4_50")
+
+        img = synth_photo(TEMPLATES[0], seed=5).image
+        cv2.setNumThreads(1)
+        one = locate_sheet(img, templates=TEMPLATES)
+        cv2.setNumThreads(2)
+        # halves that miss a marker: the whole image is searched again, the same location
+        monkeypatch.setattr(locate_mod, "_detect_fast_split", lambda *a: {})
+        two = locate_sheet(img, templates=TEMPLATES)
+        np.testing.assert_array_equal(two.homography, one.homography)
+        assert two.markers_found == one.markers_found == (0, 1, 2, 3)
+    finally:
+        cv2.setNumThreads(before)
