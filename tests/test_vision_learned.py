@@ -344,16 +344,25 @@ def test_doubt_tiers_loosen_a_mark_only_on_photos_clear_enough(model_doc):
         model_from_dict(doc)
 
 
-def test_the_default_reader_v5_loads_and_reproduces_its_training_probabilities():
-    """reader-v5 (the default, docs/EVALUATION.md): every feature it names is measured, the
-    JSON trees give scikit-learn's probabilities, and its rule has doubt tiers."""
+def test_the_default_reader_v7_loads_and_reproduces_its_training_probabilities():
+    """reader-v7 (the default, docs/EVALUATION.md): every feature it names is measured, the
+    JSON trees give scikit-learn's probabilities, its rule has doubt tiers, and "written" and
+    "crossed" are confident only on clear photos (in a tier), crossed never with a hesitant
+    hand reader."""
     from vision.learned import DEFAULT_MODEL
-    assert DEFAULT_MODEL.name == "reader-v5.json"
+    assert DEFAULT_MODEL.name == "reader-v7.json"
     from vision.learned import MODEL_DIR
-    path = MODEL_DIR / "reader-v5.json"
+    path = MODEL_DIR / "reader-v7.json"
     model = load_model(path)
     assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
-    assert [t[0] for t in model.rule.tiers] == [0.0, 0.015]
+    assert [t[0] for t in model.rule.tiers] == [0.0, 0.015, 0.03]
+    for mark in ("written", "crossed"):
+        for kind in ("box", "number_field", None):
+            assert all(v > 1.0 for v in model.rule.thresholds(mark, 0.5, kind)), (mark, kind)
+    assert model.rule.thresholds("written", 0.01, "number_field")[1] <= 1.0
+    for doubt in (0.0, 0.01, 0.03, 0.5):
+        hm, lm, la, hf = model.rule.thresholds("crossed", doubt, "box")
+        assert la > 1.0 or hf >= 0.99
     # a clear photo is read at least as loosely as one in some doubt, for every kind and mark;
     # a photo in more doubt than every tier takes the rule without tiers
     for kind in ("box", "connection", "symbol", "star", None):

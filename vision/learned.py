@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v5.json``, trained by ``scripts/train_reader.py``; the
+The model (``calibration/models/reader-v7.json``, trained by ``scripts/train_reader.py``; the
 previous ``reader-v1.json`` ships beside it for comparison, docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
 hand reader's probabilities, photo quality figures) to a probability for each mark in
@@ -33,12 +33,13 @@ DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
 #: A mark's four thresholds (``DecisionRule``), in the order ``DecisionRule.thresholds`` gives them.
 THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
-#: reader-v5: trained and calibrated like reader-v4 (doubt tiers per region kind, the spent
-#: measurement corpora as calibration rows) on features of the current code, with connections
-#: sampled 3 mm either side of their guide (``vision.marks.build_sheet_model``,
-#: ``segment_band``): fewer flags than reader-v4 on every validation corpus, the same accuracy,
-#: no confident error there (docs/EVALUATION.md).
-DEFAULT_MODEL = MODEL_DIR / "reader-v5.json"
+#: reader-v7: reader-v5's trees and temperature (the same fit, the same accuracy) with its
+#: decision rule chosen again on more calibration rows (the spent fresh600k and fresh800k), a
+#: third doubt tier (0.03), "written" and "crossed" confident only in the doubt tiers (clear
+#: photos), and a hand-confidence floor under "crossed": fewer flags than reader-v5 on every
+#: validation corpus and on the fresh pair, no confident error there (docs/EVALUATION.md,
+#: eighth measurement). reader-v5 ships beside it for comparison.
+DEFAULT_MODEL = MODEL_DIR / "reader-v7.json"
 
 
 class ReaderModelError(SheetcheckError):
