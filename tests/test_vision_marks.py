@@ -417,6 +417,50 @@ def test_learned_rows_on_two_threads_are_the_rows_on_one(monkeypatch):
     finally:
         cv2.setNumThreads(before)
 
+def test_region_sums_of_a_sibling_accumulator_are_the_same_rows():
+    """_RegionSums.sibling (sums taken on the helper thread): its own buffer, the same rows."""
+    from vision.marks import _RegionSums
+    rng = np.random.default_rng(5)
+    label = np.sort(rng.choice([0, 1, 3, 4], size=400)).astype(np.int32)
+    cols = [rng.random(400), rng.random(400) < 0.4, rng.normal(size=400).astype(np.float32)]
+    for lab in (label, rng.permutation(label)):
+        acc = _RegionSums(lab, 5)
+        acc.add(cols[0])
+        twin = acc.sibling()
+        assert twin.rows == [] and (twin.buf is None or twin.buf is not acc.buf)
+        for c in cols:
+            twin.add(c)
+        want = _RegionSums(lab, 5)
+        for c in cols:
+            want.add(c)
+        np.testing.assert_array_equal(twin.sums(), want.sums())
+        assert acc.sums().shape == (1, 5)  # (the first accumulator is untouched)
+
+
+def test_classifier_on_two_threads_gives_the_one_thread_numbers(crypts, monkeypatch):
+    """The region sums, the gradients, the line search and the rest of the sums are spread
+    over two threads: the same feature matrix and readings as on one."""
+    import cv2
+
+    from vision import _geom_threads
+    monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)  # (however busy the machine)
+    t, render, model = crypts
+    image = _paint(t, render, _all_marks(t), seed=9)
+    before = cv2.getNumThreads()
+    got = []
+    try:
+        for n in (1, 2, 1, 2):
+            cv2.setNumThreads(n)
+            got.append(_read(model, image, keep_matrix=True, learned="default"))
+    finally:
+        cv2.setNumThreads(before)
+    for r in got[1:]:
+        np.testing.assert_array_equal(r.matrix, got[0].matrix)
+        assert {k: (x.mark, x.confidence, x.review) for k, x in r.readings.items()} == \
+            {k: (x.mark, x.confidence, x.review) for k, x in got[0].readings.items()}
+    assert np.count_nonzero(got[0].matrix) > got[0].matrix.size // 4  # (real measurements)
+
+
 def test_classifier_window_reads_as_the_whole_sheet(crypts):
     """The neighbourhood filters run on SheetModel.roi; on the whole frame they must give the
     very same measurements and readings."""

@@ -608,6 +608,15 @@ class _RegionSums:
         self.empty = counts == 0
         self.buf = np.zeros(P + 1, np.float64) if self.sorted else None
 
+    def sibling(self) -> "_RegionSums":
+        """A new, empty accumulator over the same labels with its own buffer (for sums taken
+        on another thread; each row is the same as this one would give)."""
+        twin = object.__new__(_RegionSums)
+        twin.label, twin.R, twin.rows = self.label, self.R, []
+        twin.sorted, twin.starts, twin.empty = self.sorted, self.starts, self.empty
+        twin.buf = np.zeros_like(self.buf) if self.buf is not None else None
+        return twin
+
     def add(self, values: np.ndarray) -> int:
         """Sum a (P,) column per region; returns its row in :meth:`sums`."""
         if not self.sorted:
@@ -665,6 +674,10 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     # the ink strength's gradient and contrast read nothing computed below: they run beside
     # the texel counts when a second core is allowed (vision._geom_threads; same values)
     grads = start(lambda: _ink_gradients(C, L, ok, th, rpix, (H, W), lines=lines))
+    # the straight-line search reads only the gradients, the ink contrast and ok: queued
+    # right behind them, so that the helper goes on to it while the texel counts and the
+    # region sums below are taken here
+    line_task = (start(lambda: _lines_of(grads.result(), ok, model)) if lines else None)
     faint_hue = start(lambda: _faint_and_hue(C, L, a, b, ok, th, rpix, (H, W)))
     # Coloured: chroma above the paper's noise *and* saturated for its darkness. Graphite is
     # slightly bluish grey: a dark texel with a little chroma is graphite, not a pencil colour.
@@ -715,17 +728,16 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     k_sx, k_sy = acc.add(ww * cos_h), acc.add(ww * sin_h)
     k_ww, k_wc, k_win = acc.add(ww), acc.add(wc), acc.add(win)
     gx, gy, zp = grads.result()
-    if lines:
-        # the straight-line search reads only zp, ok and the gradients: it runs beside the
-        # sums below when a second core is allowed (vision._geom_threads; same values)
-        line_out, (S, k) = both(
-            lambda: _measure_lines(zp, ok, model, gx, gy),
-            lambda: _measure_more(acc, model, th, ok, w, ink, faint, C, L, cos_h, sin_h, gx, gy,
-                                  rpix, (H, W), zp))
-    else:
-        line_out = None
-        S, k = _measure_more(acc, model, th, ok, w, ink, faint, C, L, cos_h, sin_h, gx, gy, rpix,
-                             (H, W), None)
+    # the second half of the sums on its own accumulator (the same rows), offered to the
+    # helper after the line search, while the first half is taken here
+    rest = start(lambda: _measure_rest(acc.sibling(), model, th, ok, w, ink, faint, C, L,
+                                       cos_h, sin_h, rpix, (H, W), zp if lines else None))
+    S, k = _measure_more(acc, model, ok, w, ink, faint, gx, gy)
+    S2, k2 = rest.result()
+    for name, row in k2.items():
+        k[name] = row + len(S)
+    S = np.concatenate([S, S2])
+    line_out = line_task.result() if line_task is not None else None
     wsum = np.maximum(S[k_w], 1e-9)
     n = S[k_n]
     cover = S[k_cover] / wsum
@@ -802,17 +814,14 @@ def _ink_gradients(C: np.ndarray, L: np.ndarray, ok: np.ndarray, th: Mapping[str
         zp = np.where(ok, np.clip(zp, -3.0, _Z_CLIP), 0.0)
     return gx, gy, zp
 
-def _measure_more(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], ok: np.ndarray,
-                  w: np.ndarray, ink: np.ndarray, faint: np.ndarray, C: np.ndarray, L: np.ndarray,
-                  cos_h: np.ndarray, sin_h: np.ndarray, gx: np.ndarray, gy: np.ndarray,
-                  rpix: np.ndarray, roi_shape: tuple[int, int], zp: np.ndarray | None):
-    """The second half of :func:`_measure`'s per-region sums (stroke coherence, diagonals,
-    bare cores, faint tint, darkness and, with ``zp``, the ink contrast), queued on ``acc``
-    after its first rows and summed with them. Apart so that the straight-line search can run
-    beside it (it reads none of this). Returns ``(S, k)``: the sums, and ``k`` their rows by
-    name plus the diagonal lengths ``dl1``, ``dl2`` and ``fdl`` (R, 2)."""
+def _measure_more(acc: _RegionSums, model: SheetModel, ok: np.ndarray, w: np.ndarray,
+                  ink: np.ndarray, faint: np.ndarray, gx: np.ndarray, gy: np.ndarray):
+    """The second third of :func:`_measure`'s per-region sums (stroke coherence and the
+    diagonals; :func:`_measure_rest` takes the rest), queued on ``acc`` after its first rows
+    and summed with them. Apart so that the straight-line search and the rest can run beside
+    it (they read none of this). Returns ``(S, k)``: the sums, and ``k`` their rows by name
+    plus the diagonal lengths ``dl1``, ``dl2`` and ``fdl`` (R, 2)."""
     R = len(model.region_ids)
-    H, W = roi_shape
     k: dict = {}
     # (the same centre weights over the readable pixels)
     k["jr"] = acc.add(w * (gx * gx - gy * gy))
@@ -834,6 +843,19 @@ def _measure_more(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], 
     k["dl1"], k["dl2"] = dlen[:, 0], dlen[:, 1]
     fhit = np.bincount(db, faint[sel], R * 16) > 0
     k["fdl"] = np.where(ds >= 3, (fhit & dseen).reshape(R, 2, 8).sum(axis=2) / np.maximum(ds, 1), 0.0)
+    return acc.sums(), k
+
+
+def _measure_rest(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], ok: np.ndarray,
+                  w: np.ndarray, ink: np.ndarray, faint: np.ndarray, C: np.ndarray, L: np.ndarray,
+                  cos_h: np.ndarray, sin_h: np.ndarray, rpix: np.ndarray,
+                  roi_shape: tuple[int, int], zp: np.ndarray | None):
+    """The rest of :func:`_measure_more`'s sums (bare cores, faint tint, darkness and, with
+    ``zp``, the ink contrast) on their own accumulator ``acc`` (``_RegionSums.sibling``), so
+    that they can be taken on another thread: ``(S, k)``, the sums and their rows by name."""
+    H, W = roi_shape
+    k: dict = {}
+    b1, b2 = model.band == 1, model.band == 2
     # Bare cores: unmarked paper at least ~0.6 mm from any ink and from the edge of what can
     # be seen. Crossing out (an X, a slash, a tick) leaves wide bare patches between its
     # strokes wherever they run; colouring in, even with gaps between hatching strokes, does
@@ -881,6 +903,12 @@ def _strip_sums(values: np.ndarray, model: SheetModel) -> np.ndarray:
     if starts.size:
         out[nz] = np.add.reduceat(np.asarray(values, np.float64)[src], starts)
     return out
+
+
+def _lines_of(grads, ok: np.ndarray, model: SheetModel) -> dict[str, np.ndarray]:
+    """:func:`_measure_lines` on :func:`_ink_gradients`' ``(gx, gy, zp)``."""
+    gx, gy, zp = grads
+    return _measure_lines(zp, ok, model, gx, gy)
 
 
 def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.ndarray,
