@@ -109,6 +109,19 @@ def test_a_photo_in_doubt_is_never_read_more_loosely_than_a_clearer_one(monkeypa
     assert train_reader.relax(rule.thresholds("empty", 0.0, "box")[2], 1.5) > 0.9975
 
 
+def _tier_only_empty(cat):
+    """The by-mark rule chosen on ``cat``'s rows, then that rule with "empty" tier-only and tiers
+    at doubt 0 and 0.015 chosen on them, and which rows the latter reads confidently."""
+    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
+    by_mark, _ = train_reader.choose_by_mark(base, *args, margin=1.5)
+    rule, _ = train_reader.choose_tiers(train_reader.tier_only(by_mark, ["empty"]), *args,
+                                        cat["kind"], bounds=[0, 0.015], margin=1.5)
+    sure, _ = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
+                                        cat["kind"])
+    return by_mark, rule, sure
+
+
 def test_a_tier_only_mark_is_confident_on_clear_photos_and_never_on_others(monkeypatch):
     rng = np.random.default_rng(2)
     monkeypatch.setattr(train_reader, "MARK_MIN_READINGS", 500)
@@ -117,16 +130,11 @@ def test_a_tier_only_mark_is_confident_on_clear_photos_and_never_on_others(monke
     clear = _rows(rng, 3000, 0.9995, 0.0)
     unclear = _rows(rng, 3000, 0.9995, 0.1)
     cat = {k: np.concatenate([clear[k], unclear[k]]) for k in clear}
-    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
-    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
-    by_mark, _ = train_reader.choose_by_mark(base, *args, margin=1.5)
+    by_mark, rule, sure = _tier_only_empty(cat)
     assert by_mark.thresholds("empty")[1] <= 1.0
-    rule = train_reader.tier_only(by_mark, ["empty"])
-    assert rule.thresholds("empty") == tuple(train_reader.NEVER[k] for k in train_reader._FOUR)
-    assert rule.thresholds("blue") == by_mark.thresholds("blue")
-    rule, _ = train_reader.choose_tiers(rule, *args, cat["kind"], bounds=[0, 0.015], margin=1.5)
-    sure, ok = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
-                                         cat["kind"])
+    assert by_mark.thresholds("blue") == rule.thresholds("blue")
+    assert train_reader.tier_only(by_mark, ["empty"]).thresholds("empty") == tuple(
+        train_reader.NEVER[k] for k in train_reader._FOUR)
     assert sure[:3000].mean() > 0.9 and not sure[3000:].any()
 
 
@@ -179,12 +187,7 @@ def test_a_tier_only_mark_too_rare_on_the_clearest_photos_is_confident_in_the_ne
     blue["p"][:, [EMPTY, BLUE]] = blue["p"][:, [BLUE, EMPTY]]
     blue["hand"][:], blue["y"][:] = BLUE, BLUE
     cat = {k: np.concatenate([clearest[k], clear[k], unclear[k], blue[k]]) for k in clear}
-    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
-    base = DecisionRule(hand_min=0.995, learned_min=0.9995, learned_alone=0.9999, hand_floor=0.5)
-    rule = train_reader.tier_only(train_reader.choose_by_mark(base, *args, margin=1.5)[0], ["empty"])
-    rule, _ = train_reader.choose_tiers(rule, *args, cat["kind"], bounds=[0, 0.015], margin=1.5)
-    sure, _ = train_reader.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), *args[1:],
-                                        cat["kind"])
+    _, rule, sure = _tier_only_empty(cat)
     assert rule.tiers[0][0] == 0.0 and "blue" in rule.tiers[0][1]
     assert sure[:1700].mean() > 0.9 and not sure[1700:4700].any()
     assert rule.thresholds("empty", 0.0, "box") == rule.thresholds("empty", 0.01, "box")
