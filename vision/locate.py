@@ -1052,8 +1052,60 @@ def _page_quads_from_lines(image: np.ndarray, *, long_side: int = 640) -> list[n
                            maxLineGap=max(6.0, 0.03 * min(sh, sw)))
     if segs is None:
         return []
-    lines: list[list] = []  # [angle, offset, length, point, direction]
-    for x1, y1, x2, y2 in segs.reshape(-1, 4).astype(np.float64)[:400]:
+    lines = _merged_lines(segs.reshape(-1, 4).astype(np.float64)[:400])[:12]
+    cands = _quads_from_lines(lines, g)
+    return [_order_quad((q + 0.5) / f) for _, q in cands[:3]]
+
+
+def _page_quads_from_outline(image: np.ndarray, *, long_side: int = 640) -> list[np.ndarray]:
+    """Page outlines from the straight runs of bright components' outlines, best first, (4, 2)
+    px corners (project convention).
+
+    :func:`find_page_quad` takes a component's convex hull, so a page whose corner lies in a
+    strong shadow (below every brightness threshold) loses that corner: the hull cuts across
+    it. The page's sides, though, still run straight along the component's outline where it
+    is lit, and a busy cloth that hides them from :func:`_page_quads_from_lines` (a gingham's
+    checks make many long edges) makes no long straight runs on the page component's outline.
+    So the outline is reduced to straight runs, merged into lines, and every four of them that
+    make a quadrilateral are scored as there. For the last resort of the page route only."""
+    h, w = image.shape[:2]
+    f = min(1.0, long_side / max(h, w))
+    small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
+    chans = [small] if small.ndim == 2 else [_grey(small), _whiteness(small)]
+    sh, sw = chans[0].shape
+    k = max(3, int(min(sh, sw) * 0.02) | 1)
+    cands = []
+    for g in chans:
+        g = cv2.GaussianBlur(cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k))),
+                             (5, 5), 0)
+        otsu, _ = cv2.threshold(g, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+        for thr in (otsu, otsu * 0.9, otsu * 1.1, otsu * 1.2):
+            _, bw = cv2.threshold(g, float(np.clip(thr, 1, 254)), 255, cv2.THRESH_BINARY)
+            bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (5, 5)))
+            n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
+            for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:3] + 1:
+                if stats[i, cv2.CC_STAT_AREA] < 0.04 * sh * sw:
+                    break
+                cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+                c = max(cnts, key=cv2.contourArea)
+                ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
+                runs = np.hstack([ap, np.roll(ap, -1, 0)])
+                runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
+                cands += _quads_from_lines(_merged_lines(runs)[:8], g)
+    cands.sort(key=lambda c: -c[0])
+    out: list[np.ndarray] = []
+    for _, q in cands:
+        q = _order_quad((q + 0.5) / f)
+        if all(np.max(np.linalg.norm(q - u, axis=1)) > 10 / f for u in out):
+            out.append(q)
+    return out
+
+
+def _merged_lines(segs: np.ndarray) -> list[list]:
+    """Segments ``(x1, y1, x2, y2)`` merged into lines ``[angle, offset, length, point,
+    direction]`` (nearly parallel and within 6 px), longest first."""
+    lines: list[list] = []
+    for x1, y1, x2, y2 in segs:
         d = np.array([x2 - x1, y2 - y1])
         ln = float(np.linalg.norm(d))
         d /= ln
@@ -1069,7 +1121,15 @@ def _page_quads_from_lines(image: np.ndarray, *, long_side: int = 640) -> list[n
         else:
             lines.append([ang, off, ln, np.array([x1, y1]), d])
     lines.sort(key=lambda L_: -L_[2])
-    lines = lines[:12]
+    return lines
+
+
+def _quads_from_lines(lines: list[list], g: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    """Quadrilaterals (index coords of ``g``) made by two roughly parallel pairs of ``lines`` at
+    an angle, convex, inside the image, at least 4 % of it, brighter inside than outside all
+    along their outline: ``(score, quad)``, best first (score: the square root of the area
+    times the contrast, capped)."""
+    sh, sw = g.shape
 
     def meet(a, b):
         A = np.array([a[4], -b[4]]).T
@@ -1101,7 +1161,7 @@ def _page_quads_from_lines(image: np.ndarray, *, long_side: int = 640) -> list[n
                 continue
             cands.append((np.sqrt(area) * min(contrast, 0.3), q))
     cands.sort(key=lambda c: -c[0])
-    return [_order_quad((q + 0.5) / f) for _, q in cands[:3]]
+    return cands
 
 
 def _hull_to_quad(hull: np.ndarray) -> np.ndarray | None:
@@ -1555,14 +1615,18 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
         res is None or glob[0][0] > res[4]["candidates"][0]["correlation"] + 0.02))
     if res is None and not use_glob and quad is None and image is not None:
         # Last resort: the page's outline from its straight edges (a page on a table as bright
-        # as paper, or on a busy picture, that no threshold separates).
-        for q in _page_quads_from_lines(image)[:2]:
+        # as paper, or on a busy picture, that no threshold separates), then from the straight
+        # runs of bright components' outlines (a corner in a strong shadow, on a busy cloth).
+        def last_resort():
+            yield from (("straight edges", q) for q in _page_quads_from_lines(image)[:2])
+            yield from (("outline runs", q) for q in _page_quads_from_outline(image)[:4])
+        for page_from, q in last_resort():
             try:
                 res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
                                       border_ok=border_ok, image=image, quad=q)
             except (NoSheetFoundError, SheetCutOffError):
                 continue
-            res[4]["page_from"] = "straight edges"
+            res[4]["page_from"] = page_from
             break
     if res is None and not use_glob:
         raise err
