@@ -199,9 +199,10 @@ def relax(t, margin):
 
 #: The global rule (what crossed and every mark without thresholds of its own are read by),
 #: and any thresholds "crossed" gets of its own, never let the learned reader be confident
-#: alone unless the hand reader is at least this sure of the same mark. The calibration rows hold few crossings-out, and a refit without
-#: this floor (session 5, second refit) read twelve coloured fills of a painter it never saw
-#: "crossed" at 0.9999 with the hand reader at 0.50-0.97.
+#: alone unless the hand reader is at least this sure of the same mark. The calibration rows
+#: hold few crossings-out, and a refit without this floor (session 5, second refit) read twelve
+#: coloured fills of a painter it never saw "crossed" at 0.9999 with the hand reader at
+#: 0.50-0.97.
 GLOBAL_HAND_FLOOR = 0.99
 
 
@@ -294,7 +295,9 @@ def choose_by_mark(base: DecisionRule, p, mark_h, c_h, pconf, y, doubt, *, margi
         for hm in [h for h in grid_h if h >= floor["hand_min"]]:
             for lm in [v for v in grid_l if v >= floor["learned_min"]]:
                 for la in [v for v in grid_l if v >= max(lm, floor["learned_alone"])] + [1.01]:
-                    for hf in [h for h in grid_h if hf_min <= h <= hm or (la > 1.0 and h == hm)]:
+                    # (the crossed floor binds only the learned-alone clause: with it off, la
+                    # 1.01, any hand_min is still tried)
+                    for hf in [h for h in grid_h if h <= hm and (h >= hf_min or la > 1.0)]:
                         if np.any(((ch_w >= hm) & (pl_w >= relax(lm, margin)))
                                   | ((ch_w >= hf) & (pl_w >= relax(la, margin)))):
                             continue
