@@ -59,8 +59,8 @@ from calibration.template import Template, all_templates, get_template
 from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
                                UnknownTemplateError)
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
-                                 photo_grey, project, reference_render, scale_matrix,
-                                 warp_to_frame)
+                                 offer_half_grey, photo_grey, project, reference_render,
+                                 scale_matrix, warp_to_frame)
 from vision._geom_threads import both, start, threads
 
 _R = TypeVar("_R")
@@ -944,10 +944,41 @@ def find_page_quad(image: np.ndarray, *, long_side: int = 640) -> np.ndarray | N
     h, w = image.shape[:2]
     f = min(1.0, long_side / max(h, w))
     small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image.copy()
+    best, best_score = None, 0.0
+    for g, component, area in _bright_components(small):
+        cnts, _ = cv2.findContours(component, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
+        quad = _hull_to_quad(hull)
+        if quad is None:
+            continue
+        qa = abs(cv2.contourArea(quad.astype(np.float32)))
+        fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
+        if fill_ratio < 0.8:
+            continue
+        contrast = _quad_contrast(g, quad)
+        if contrast < 0.03:
+            continue
+        score = np.sqrt(qa) * min(fill_ratio, 1.0) ** 2 * min(contrast, 0.3)
+        if score > best_score:
+            best, best_score = quad, score
+    if best is None:
+        return None
+    if small.ndim == 3:
+        best = _snap_quad_edges(best, _whiteness(small))
+    # index coords in the small image -> px in the original (project convention)
+    q = (best + 0.5) / f
+    return _order_quad(q)
+
+
+def _bright_components(small: np.ndarray):
+    """The large bright components of ``small`` (a downscaled photo) that may be the page:
+    ``(g, component, area)`` for the three largest components (each at least 4 % of the image)
+    of the grey and the "whiteness" image (print closed away, blurred), thresholded at Otsu's
+    level and 0.9, 1.1 and 1.2 times it; ``g`` is the image thresholded, ``component`` a
+    uint8 mask."""
     chans = [small] if small.ndim == 2 else [_grey(small), _whiteness(small)]
     sh, sw = chans[0].shape
     k = max(3, int(min(sh, sw) * 0.02) | 1)
-    best, best_score = None, 0.0
     for g in chans:
         g = cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
         g = cv2.GaussianBlur(g, (5, 5), 0)
@@ -960,28 +991,7 @@ def find_page_quad(image: np.ndarray, *, long_side: int = 640) -> np.ndarray | N
                 area = stats[i, cv2.CC_STAT_AREA]
                 if area < 0.04 * sh * sw:
                     break
-                cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-                hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
-                quad = _hull_to_quad(hull)
-                if quad is None:
-                    continue
-                qa = abs(cv2.contourArea(quad.astype(np.float32)))
-                fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
-                if fill_ratio < 0.8:
-                    continue
-                contrast = _quad_contrast(g, quad)
-                if contrast < 0.03:
-                    continue
-                score = np.sqrt(qa) * min(fill_ratio, 1.0) ** 2 * min(contrast, 0.3)
-                if score > best_score:
-                    best, best_score = quad, score
-    if best is None:
-        return None
-    if small.ndim == 3:
-        best = _snap_quad_edges(best, _whiteness(small))
-    # index coords in the small image -> px in the original (project convention)
-    q = (best + 0.5) / f
-    return _order_quad(q)
+                yield g, (lab == i).astype(np.uint8), area
 
 
 def _snap_quad_edges(quad: np.ndarray, white: np.ndarray) -> np.ndarray:
@@ -1071,27 +1081,15 @@ def _page_quads_from_outline(image: np.ndarray, *, long_side: int = 640) -> list
     h, w = image.shape[:2]
     f = min(1.0, long_side / max(h, w))
     small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
-    chans = [small] if small.ndim == 2 else [_grey(small), _whiteness(small)]
-    sh, sw = chans[0].shape
-    k = max(3, int(min(sh, sw) * 0.02) | 1)
+    sh, sw = small.shape[:2]
     cands = []
-    for g in chans:
-        g = cv2.GaussianBlur(cv2.morphologyEx(g, cv2.MORPH_CLOSE, cv2.getStructuringElement(cv2.MORPH_RECT, (k, k))),
-                             (5, 5), 0)
-        otsu, _ = cv2.threshold(g, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
-        for thr in (otsu, otsu * 0.9, otsu * 1.1, otsu * 1.2):
-            _, bw = cv2.threshold(g, float(np.clip(thr, 1, 254)), 255, cv2.THRESH_BINARY)
-            bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (5, 5)))
-            n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
-            for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:3] + 1:
-                if stats[i, cv2.CC_STAT_AREA] < 0.04 * sh * sw:
-                    break
-                cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
-                c = max(cnts, key=cv2.contourArea)
-                ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
-                runs = np.hstack([ap, np.roll(ap, -1, 0)])
-                runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
-                cands += _quads_from_lines(_merged_lines(runs)[:8], g)
+    for g, component, _ in _bright_components(small):
+        cnts, _ = cv2.findContours(component, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        c = max(cnts, key=cv2.contourArea)
+        ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
+        runs = np.hstack([ap, np.roll(ap, -1, 0)])
+        runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
+        cands += _quads_from_lines(_merged_lines(runs)[:8], g)
     cands.sort(key=lambda c: -c[0])
     out: list[np.ndarray] = []
     for _, q in cands:
@@ -1898,6 +1896,8 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     a = _check_image(image)
     cands = _candidates(template_id, templates)
     grey = photo_grey(a, remember=True)  # rectify measures on the same grey
+    # ... at half size too: halved on the helper thread, idle until the marker search
+    offer_half_grey(grey)
     details: dict = {}
     found: dict[int, np.ndarray] = {}
     small = _detect_image(grey)
