@@ -293,3 +293,42 @@ def test_a_folded_page_puts_the_regions_along_the_crest_under_their_outlines(mon
     without = offsets(rs0, loc, true_px, c)
     assert "crest" not in rs0.refinement
     assert np.percentile(without, 95) > 5.0 and without.max() > 8.0
+
+
+def test_half_grey_made_on_the_helper_is_rectifys_own_pyrdown(monkeypatch):
+    """locate has the helper thread halve its grey of the photo for rectify's measuring
+    pyramid: the same array as rectify's own pyrDown, handed over only for that very grey and
+    once, and only when two threads are allowed; rectification is the same with or without."""
+    from vision import _geom_threads
+    from vision import locate as locate_mod
+    from vision._geom_render import claim_half_grey, offer_half_grey, photo_grey
+
+    monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)  # (however busy the machine)
+    before = cv2.getNumThreads()
+    try:
+        rng = np.random.default_rng(3)
+        g = photo_grey(rng.integers(0, 256, (90, 120, 3), dtype=np.uint8))
+        cv2.setNumThreads(1)
+        offer_half_grey(g)
+        assert claim_half_grey(g) is None  # one thread: rectify halves it itself
+        cv2.setNumThreads(2)
+        offer_half_grey(g)
+        assert claim_half_grey(g.copy()) is None  # another array: not handed over (and dropped)
+        assert claim_half_grey(g) is None
+        offer_half_grey(g)
+        task = claim_half_grey(g)
+        np.testing.assert_array_equal(task.result(), cv2.pyrDown(g))
+        assert claim_half_grey(g) is None  # once
+
+        t = TEMPLATES[0]
+        img = synth_photo(t, seed=4, size=(1600, 1200), dpi=120.0).image
+        loc = locate_sheet(img, templates=TEMPLATES)
+        with_half = rectify_sheet(img, loc, dpi=50.0)  # (the helper's half is taken here)
+        monkeypatch.setattr(locate_mod, "offer_half_grey", lambda grey: None)
+        loc2 = locate_sheet(img, templates=TEMPLATES)
+        without = rectify_sheet(img, loc2, dpi=50.0)
+        assert with_half.refinement.get("measure_dpi") and with_half.refinement["applied"]
+        np.testing.assert_array_equal(with_half.image, without.image)
+        assert with_half.refinement == without.refinement
+    finally:
+        cv2.setNumThreads(before)
