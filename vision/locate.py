@@ -309,8 +309,9 @@ def _split_detector(dictionary: str, shape: tuple[int, int], half_shape: tuple[i
     det = _detectors.get(key)
     if det is None:
         if len(_detectors) > 64:  # (photos of many sizes: a server)
-            for k in [k for k in _detectors if k[1:2] == ("split",)]:
-                del _detectors[k]
+            # (a copy of the keys: the other half's detector may be added meanwhile)
+            for k in [k for k in list(_detectors) if k[1:2] == ("split",)]:
+                _detectors.pop(k, None)
         base = _detector(dictionary, fast=True)
         params = base.getDetectorParameters()
         M, m = max(shape), max(half_shape)
