@@ -58,32 +58,6 @@ def photo_grey(image: np.ndarray, *, remember: bool = False) -> np.ndarray:
     return g
 
 
-_half_memo = threading.local()
-
-
-def offer_half_grey(grey: np.ndarray) -> None:
-    """Start ``cv2.pyrDown(grey)`` on the helper thread (``vision._geom_threads``), for
-    rectify's measuring pyramid (:func:`claim_half_grey`, in this thread): locate calls it
-    while the helper would otherwise wait. Only when two threads are allowed (on one, rectify
-    halves the grey itself if it needs to, as before). ``grey`` must be read-only
-    (:func:`photo_grey`'s): it is recognised by identity."""
-    from vision._geom_threads import start, threads
-
-    _half_memo.last = None
-    if threads() >= 2 and grey.ndim == 2 and not grey.flags.writeable:
-        _half_memo.last = (weakref.ref(grey), start(lambda: cv2.pyrDown(grey)))
-
-
-def claim_half_grey(grey: np.ndarray):
-    """The :func:`offer_half_grey` task started for this very ``grey`` (its ``result()`` is
-    ``cv2.pyrDown(grey)``, the same array as computed here), or None; taken and forgotten."""
-    memo = getattr(_half_memo, "last", None)
-    _half_memo.last = None
-    if memo is not None and memo[0]() is grey:
-        return memo[1]
-    return None
-
-
 def _key(a: np.ndarray) -> tuple:
     return a.__array_interface__["data"][0], a.shape, a.strides
 

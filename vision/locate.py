@@ -59,8 +59,8 @@ from calibration.template import Template, all_templates, get_template
 from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
                                UnknownTemplateError)
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
-                                 offer_half_grey, photo_grey, project, reference_render,
-                                 scale_matrix, warp_to_frame)
+                                 photo_grey, project, reference_render, scale_matrix,
+                                 warp_to_frame)
 from vision._geom_threads import both, start, threads
 
 _R = TypeVar("_R")
@@ -1897,8 +1897,6 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     a = _check_image(image)
     cands = _candidates(template_id, templates)
     grey = photo_grey(a, remember=True)  # rectify measures on the same grey
-    # ... at half size too: halved on the helper thread, idle until the marker search
-    offer_half_grey(grey)
     details: dict = {}
     found: dict[int, np.ndarray] = {}
     small = _detect_image(grey)

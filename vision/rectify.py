@@ -54,9 +54,8 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from vision._geom_render import (MM_PER_INCH, achromatic_ink, claim_half_grey, frame_size,
-                                 frame_to_image_index_map, paper_level, photo_grey, project,
-                                 reference_render)
+from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
+                                 paper_level, photo_grey, project, reference_render)
 from vision._geom_threads import both, split_map, threads
 from vision.locate import SheetLocation
 
@@ -622,8 +621,6 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
     # measure on colour (see achromatic_ink) or grey
     src_m = a if ACHROMATIC else photo_grey(a)  # the grey locate made of this photo
     pyramid = [src_m]
-    # (and its half, which locate had the helper thread make: the same pyrDown)
-    half = claim_half_grey(src_m)
     white = (255, 255, 255) if src_m.ndim == 3 else 255
     dpi_f = _measure_dpi(dpi, ratio)  # the photo's own resolution, at most 60 dpi
     kf = dpi_f / MM_PER_INCH
@@ -639,8 +636,7 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
             # halve the photo (pyrDown low-passes first): index -> (i + 0.5) / 2 - 0.5
             lvl += 1
             if lvl == len(pyramid):
-                pyramid.append(half.result() if lvl == 1 and half is not None
-                               else cv2.pyrDown(pyramid[-1]))
+                pyramid.append(cv2.pyrDown(pyramid[-1]))
         src_p = pyramid[lvl]
         f = src_p.shape[1] / ww
         P = np.array([[f, 0, 0.5 * f - 0.5], [0, f, 0.5 * f - 0.5], [0, 0, 1]])
