@@ -170,38 +170,6 @@ def test_blurry_photo_is_refused_and_a_sharp_one_is_not():
 
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_next_stage_runs_beside_the_checks_and_their_errors_come_first(threads, monkeypatch):
-    """locate_sheet(then=...) hands the next stage the location as soon as the homography is
-    known (the registration and blur checks run beside it): the same location in the end, and a
-    blurred photo is refused with the checks' error, not the next stage's."""
-    from vision import _geom_threads
-    monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)  # (however busy the machine)
-    t = TEMPLATES[0]
-    before = cv2.getNumThreads()
-    cv2.setNumThreads(threads)
-    try:
-        img = synth_photo(t, seed=7, blur_px=0.8).image
-        plain = locate_sheet(img, templates=TEMPLATES)
-        seen = []
-        loc, out = locate_sheet(img, templates=TEMPLATES,
-                                then=lambda lo: seen.append(lo) or "next")
-        assert out == "next"
-        np.testing.assert_array_equal(loc.homography, plain.homography)
-        assert list(loc.details.items()) == list(plain.details.items())
-        assert "blur_mm" not in seen[0].details and seen[0].details["markers_printed"]
-        np.testing.assert_array_equal(seen[0].homography, plain.homography)
-
-        def fails(_):
-            raise ValueError("the next stage failed")
-
-        with pytest.raises(BlurryPhotoError, match="too blurred"):
-            locate_sheet(synth_photo(t, seed=7, blur_px=8.0).image, templates=TEMPLATES, then=fails)
-        with pytest.raises(ValueError, match="next stage failed"):
-            locate_sheet(img, templates=TEMPLATES, then=fails)
-    finally:
-        cv2.setNumThreads(before)
-
 def test_deferred_checks_give_the_same_location_and_refuse_a_blurred_photo():
     """locate_sheet(defer_checks=True): the location as soon as the homography is known, and
     the registration and blur checks as a function to run later, which completes it to the

@@ -2,10 +2,11 @@
 
 Why: a player waits for one photo, and the machine has two cores. Several steps of one read
 are independent of each other and spend their time in numpy or OpenCV calls that release the
-GIL (locate's registration and blur checks beside rectification, the rectify tiles' phase
-correlations, the classifier's straight-line search beside its other region features, the
-learned reader's tree walk in two halves), so running two at once shortens the wall time of
-the read without changing a single value: each task computes exactly what it computed in turn.
+GIL (locate's registration and blur checks beside the light normalisation, the rectify
+tiles' phase correlations, the classifier's straight-line search beside its other region
+features, the learned reader's tree walk in two halves), so running two at once shortens the
+wall time of the read without changing a single value: each task computes exactly what it
+computed in turn.
 
 How many threads: as many as OpenCV is allowed (``cv2.getNumThreads()``), at most two, and one
 while the machine has no idle core (:func:`idle_core`: the other processes' recent CPU use). A

@@ -50,7 +50,7 @@ centre at (x=j+0.5, y=i+0.5)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -61,9 +61,8 @@ from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffE
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
                                  photo_grey, project, reference_render, scale_matrix,
                                  warp_to_frame)
-from vision._geom_threads import both, start, threads
+from vision._geom_threads import start, threads
 
-_R = TypeVar("_R")
 
 __all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
            "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
@@ -1854,9 +1853,8 @@ def prepare(template: Template, *, markers: bool = True) -> None:
 
 def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
                  templates: Sequence[Template] | None = None,
-                 check_blur: bool = True, then: Callable[[SheetLocation], _R] | None = None,
-                 defer_checks: bool = False
-                 ) -> SheetLocation | tuple[SheetLocation, _R] | tuple[SheetLocation, Callable[[], SheetLocation]]:
+                 check_blur: bool = True, defer_checks: bool = False
+                 ) -> SheetLocation | tuple[SheetLocation, Callable[[], SheetLocation]]:
     """Find the sheet in a photo, identify its template and compute the homography.
 
     Parameters
@@ -1869,26 +1867,19 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         Candidate templates (default: the bundled ones).
     check_blur : bool, optional
         Raise :class:`BlurryPhotoError` for photos too blurred to read.
-    then : callable, optional
-        The next stage (``vision.pipeline`` passes rectification): called with the location
-        as soon as the homography is known (its details without ``registration`` and
-        ``blur_mm``), while the registration score and the blur check run beside it on a
-        second thread when one is allowed (``vision._geom_threads``). An error of the checks
-        is raised before any of ``then``'s, as when they ran first.
     defer_checks : bool, optional
         Leave the registration score and the blur check to the caller, to run when it
         suits it (``vision.pipeline`` runs them on the helper thread beside the light
         normalisation, where that thread is otherwise idle, so that rectification has it for
         its own tiles): return the location as soon as the homography is known (its details
-        without ``registration`` and ``blur_mm``, as ``then`` gets it) and a function that
+        without ``registration`` and ``blur_mm``) and a function that
         runs the checks and returns the complete location (raising BlurryPhotoError). The
         caller must call it, and let its error come before any error of the stages it ran
         meanwhile (they worked on a photo the checks would have refused).
 
     Returns
     -------
-    SheetLocation; (SheetLocation, then's result) with ``then``; (SheetLocation, checks) with
-    ``defer_checks``
+    SheetLocation; (SheetLocation, checks) with ``defer_checks``
 
     Raises
     ------
@@ -2029,17 +2020,4 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
 
     if defer_checks:
         return located({}), lambda: located(checks())
-    if then is None:
-        return located(checks())
-
-    def next_stage():
-        # (its error waits until the checks have had theirs: theirs comes first, as before)
-        try:
-            return then(located({})), None
-        except Exception as e:  # noqa: BLE001 - re-raised below
-            return None, e
-
-    checked, (result, err) = both(checks, next_stage)
-    if err is not None:
-        raise err
-    return located(checked), result
+    return located(checks())
