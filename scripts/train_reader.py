@@ -469,7 +469,8 @@ def main(argv=None) -> int:
                          "calibration photos (needs two training painters)")
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
-    unknown = sorted(set(m for m in args.tier_only.split(",") if m) - set(MARKS))
+    tier_only_marks = [m for m in args.tier_only.split(",") if m]
+    unknown = sorted(set(tier_only_marks) - set(MARKS))
     if unknown:  # (before minutes of fitting: a typo would otherwise fail at the export)
         sys.exit(f"--tier-only names no mark {unknown}: marks are {', '.join(MARKS)}")
 
@@ -617,8 +618,8 @@ def main(argv=None) -> int:
     if args.by_mark:
         rule, how["by_mark"] = choose_by_mark(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
                                               cat["y"], cat["doubt"], margin=args.margin)
-    if args.tier_only:
-        rule = tier_only(rule, [m for m in args.tier_only.split(",") if m])
+    if tier_only_marks:
+        rule = tier_only(rule, tier_only_marks)
     if args.tiers:
         bounds = [float(b) for b in args.tiers.split(",") if b.strip()]
         rule, how["tiers"] = choose_tiers(rule, cat["p"], cat["hand"], cat["c_h"], cat["pconf"],
