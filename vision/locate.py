@@ -1614,15 +1614,24 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
     if res is None and not use_glob and quad is None and image is not None:
         # Last resort: the page's outline from its straight edges (a page on a table as bright
         # as paper, or on a busy picture, that no threshold separates), then from the straight
-        # runs of bright components' outlines (a corner in a strong shadow, on a busy cloth).
+        # runs of bright components' outlines (a corner in a strong shadow, on a busy cloth),
+        # then from the whiteness flattened by its local envelope (vision._page_shadow: a whole
+        # side in shadow, which leaves no straight run of the lit outline there).
+        from vision._page_shadow import SHADOW_MIN_REGISTRATION, shadow_page_quads
+
         def last_resort():
             yield from (("straight edges", q) for q in _page_quads_from_lines(image)[:2])
             yield from (("outline runs", q) for q in _page_quads_from_outline(image)[:4])
+            yield from (("shadow-flattened whiteness", q) for q in shadow_page_quads(image))
         for page_from, q in last_resort():
             try:
                 res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
                                       border_ok=border_ok, image=image, quad=q)
             except (NoSheetFoundError, SheetCutOffError):
+                continue
+            if page_from == "shadow-flattened whiteness" and \
+                    res[4]["candidates"][0]["correlation"] < SHADOW_MIN_REGISTRATION:
+                res = None  # (a part of the page, stretched over the whole: see _page_shadow)
                 continue
             res[4]["page_from"] = page_from
             break

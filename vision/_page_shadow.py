@@ -1,0 +1,163 @@
+"""Page outlines under strong shadow: the paper mask made from whiteness over its local upper
+envelope (a shadow-flattened whiteness), for the page route's last resort.
+
+The page route finds the page as the brightest, least coloured large region (whiteness at a
+few global thresholds). A strong shadow across a corner or a side (a phone or a hand between
+the lamp and the table, a lamp's falloff) puts that part of the page below every global
+threshold, and on a busy cloth the shadowed paper is no brighter than the cloth's lit light
+checks: the whiteness hull loses the corner, or takes the whole cloth.
+
+What a shadow does not change is that paper is the whitest thing *in its neighbourhood*: a
+shadow darkens the page and the cloth beside it alike. So whiteness is divided by its local
+upper envelope (a dilation over a window larger than a cloth's pattern, then smoothed): paper
+is ~1 wherever it lies, in light or in shadow, and the cloth near the page falls well below 1
+(the page is its neighbourhood's maximum), leaving a dark moat round the page that separates
+it from the cloth's own local maxima further away. The flattened map is thresholded near 1,
+each large component's outline gives quads (its hull, and the straight runs of its outline
+for a page that still touches a bright patch), and the page route then registers the print
+in them with all its checks, exactly as for any other outline: a bare cloth is still refused.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+__all__ = ["flattened_whiteness", "shadow_page_quads", "SHADOW_MIN_REGISTRATION"]
+
+#: The page route keeps an outline of this route only when the print lines up at least this
+#: well (its own bar is 0.25). The flattened mask also gives a page's lit part alone, and the
+#: print stretched over a part can still reach 0.27-0.29, with the wrong level (a synthetic
+#: half-shadowed page); whole pages found here line up at 0.52-0.65 (hard dev photos and the
+#: synthetic scenes of tests/test_vision_locate_shadow.py).
+SHADOW_MIN_REGISTRATION = 0.35
+
+#: Windows of the local envelope, as fractions of the small image's short side: larger than a
+#: busy cloth's pattern (a gingham's period is 3-9 % of the short side on the hard dev photos),
+#: smaller than a shadow that covers a page's corner.
+ENVELOPE_FRACTIONS = (0.06, 0.12)
+#: Levels (fraction of the local envelope) that count as paper.
+LEVELS = (0.92, 0.86)
+#: Openings (fractions of the short side) that cut the mask's thin bridges between the page and
+#: a cloth's own local maxima (a gingham's light checks touch at their corners).
+OPENINGS = (0.0, 0.03)
+
+
+def flattened_whiteness(small: np.ndarray, *, window_frac: float) -> np.ndarray:
+    """Whiteness of ``small`` (RGB uint8, a downscaled photo; print closed away, smoothed)
+    divided by its local upper envelope over ``window_frac`` of the short side: float32,
+    ~1 on paper in light or shadow, below 1 on a cloth next to a page."""
+    from vision.locate import _whiteness
+    sh, sw = small.shape[:2]
+    k = max(3, int(min(sh, sw) * 0.02) | 1)
+    w = cv2.morphologyEx(_whiteness(small), cv2.MORPH_CLOSE,
+                         cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
+    w = cv2.GaussianBlur(w, (5, 5), 0).astype(np.float32) + 1.0
+    big = max(5, int(min(sh, sw) * window_frac) | 1)
+    env = cv2.dilate(w, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (big, big)))
+    env = cv2.blur(env, (big // 2 | 1, big // 2 | 1))
+    # a floor: in the darkest shadows (or on a black table) the envelope is noise
+    return w / np.maximum(env, 24.0)
+
+
+def shadow_page_quads(image: np.ndarray, *, long_side: int = 640, limit: int = 6) -> list[np.ndarray]:
+    """Page outlines from the shadow-flattened whiteness, best first, (4, 2) px corners
+    (project convention, clockwise from the one nearest the top-left).
+
+    Parameters
+    ----------
+    image : (H, W, 3) uint8 ndarray
+        RGB photo.
+    long_side : int, optional
+        Long side (px) of the downscaled copy the masks are made on.
+    limit : int, optional
+        At most this many outlines (each costs the page route a registration).
+
+    Returns
+    -------
+    list of (4, 2) float arrays
+    """
+    from vision import locate as L  # the page route's quad helpers (locate imports us lazily)
+    if image.ndim != 3:
+        return []
+    h, w = image.shape[:2]
+    f = min(1.0, long_side / max(h, w))
+    small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
+    sh, sw = small.shape[:2]
+    white = L._whiteness(small)
+    cands: list[tuple[float, np.ndarray]] = []
+    for frac in ENVELOPE_FRACTIONS:
+        flat = flattened_whiteness(small, window_frac=frac)
+        g = np.clip(flat * 200.0, 0, 255).astype(np.uint8)  # for the contrast along outlines
+        for level, opening in ((lv, op) for lv in LEVELS for op in OPENINGS):
+            bw = (flat >= level).astype(np.uint8)
+            ko = max(5, int(min(sh, sw) * opening) | 1)
+            bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (ko, ko)))
+            n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
+            comps = []
+            for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:4] + 1:
+                # (a page's shadowed part alone may be small)
+                if stats[i, cv2.CC_STAT_AREA] < 0.01 * sh * sw:
+                    break
+                cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL,
+                                           cv2.CHAIN_APPROX_NONE)
+                comps.append(max(cnts, key=cv2.contourArea))
+            cands += _component_quads(comps, g, near=2 * max(5, int(min(sh, sw) * frac) | 1) + 1)
+    cands.sort(key=lambda c: -c[0])
+    out: list[np.ndarray] = []
+    for _, q in cands:
+        q = L._snap_quad_edges(q, white)
+        q = L._order_quad((q + 0.5) / f)
+        if all(np.max(np.linalg.norm(q - u, axis=1)) > 10 / f for u in out):
+            out.append(q)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _component_quads(comps: list[np.ndarray], g: np.ndarray, *, near: int) -> list[tuple[float, np.ndarray]]:
+    """Scored quads ``(score, quad)`` (index coords of ``g``, the flattened whiteness as uint8)
+    from the outlines ``comps`` of a paper mask's largest components: each component's hull
+    when the component fills it, the quads made by the straight runs of its outline (a page
+    still joined to a bright patch of the table by one side), and the hull of two components
+    less than ``near`` px apart that fill it together (a shadow's edge across the page leaves a
+    dark band on its shadowed side, where the envelope is the lit paper beside it: the page
+    falls into a lit and a shadowed part). Scored as in the page route: the square root of the
+    area times the contrast along the outline (capped), times the fill squared."""
+    from vision import locate as L
+    sh, sw = g.shape
+    out: list[tuple[float, np.ndarray]] = []
+
+    def hull_quad(pts: np.ndarray, filled: float):
+        quad = L._hull_to_quad(cv2.convexHull(pts))
+        if quad is None:
+            return
+        qa = abs(cv2.contourArea(quad.astype(np.float32)))
+        if qa < 0.04 * sh * sw:
+            return
+        fill = filled / max(qa, 1.0)  # holes (the print) count as page
+        contrast = L._quad_contrast(g, quad)
+        if fill >= 0.8 and contrast >= 0.03:
+            out.append((np.sqrt(qa) * min(fill, 1.0) ** 2 * min(contrast, 0.3), quad))
+    for c in comps:
+        a = abs(cv2.contourArea(c))
+        if a < 0.04 * sh * sw:
+            continue
+        hull_quad(c, a)
+        # the straight runs of the outline: a page still joined to a bright patch
+        ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
+        runs = np.hstack([ap, np.roll(ap, -1, 0)])
+        runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
+        out += L._quads_from_lines(L._merged_lines(runs)[:8], g)
+    masks = []
+    for c in comps:
+        m = np.zeros((sh, sw), np.uint8)
+        cv2.drawContours(m, [c], -1, 1, -1)
+        masks.append(m)
+    ker = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (near, near))
+    for i in range(len(comps)):
+        grown = cv2.dilate(masks[i], ker)
+        for j in range(i + 1, len(comps)):
+            if np.any(grown & masks[j]):
+                hull_quad(np.vstack([comps[i], comps[j]]), float(masks[i].sum() + masks[j].sum()))
+    return out
