@@ -9,7 +9,7 @@ import cv2
 
 from sheetcheck.errors import NoSheetFoundError
 from vision import locate
-from vision._geom_render import project
+from vision._geom_render import photo_grey, project
 from vision._geom_synth import synth_photo, synthetic_template
 from vision._page_shadow import flattened_whiteness, shadow_page_quads
 
@@ -89,7 +89,7 @@ def test_a_page_with_a_side_in_strong_shadow_is_found_and_read_as_the_right_shee
     near = [q for q in ([locate.find_page_quad(img)] + locate._page_quads_from_lines(img)
                         + locate._page_quads_from_outline(img)[:4]) if q is not None]
     assert all(_corner_error(q, page) > 40 for q in near)
-    quads = shadow_page_quads(img)
+    quads = shadow_page_quads(img, photo_grey(img), _templates())
     assert quads and _corner_error(quads[0], page) < 6, [_corner_error(q, page) for q in quads]
     loc = locate.locate_sheet(img, templates=_templates())
     assert loc.template.id == t.id

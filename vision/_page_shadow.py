@@ -40,7 +40,7 @@ ENVELOPE_FRACTIONS = (0.06, 0.12)
 LEVELS = (0.92, 0.86)
 #: Openings (fractions of the short side) that cut the mask's thin bridges between the page and
 #: a cloth's own local maxima (a gingham's light checks touch at their corners).
-OPENINGS = (0.0, 0.03)
+OPENINGS = (0.0, 0.03, 0.06)
 
 
 def flattened_whiteness(small: np.ndarray, *, window_frac: float) -> np.ndarray:
@@ -54,13 +54,14 @@ def flattened_whiteness(small: np.ndarray, *, window_frac: float) -> np.ndarray:
                          cv2.getStructuringElement(cv2.MORPH_RECT, (k, k)))
     w = cv2.GaussianBlur(w, (5, 5), 0).astype(np.float32) + 1.0
     big = max(5, int(min(sh, sw) * window_frac) | 1)
-    env = cv2.dilate(w, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (big, big)))
+    env = cv2.dilate(w, cv2.getStructuringElement(cv2.MORPH_RECT, (big, big)))
     env = cv2.blur(env, (big // 2 | 1, big // 2 | 1))
     # a floor: in the darkest shadows (or on a black table) the envelope is noise
     return w / np.maximum(env, 24.0)
 
 
-def shadow_page_quads(image: np.ndarray, *, long_side: int = 640, limit: int = 6) -> list[np.ndarray]:
+def shadow_page_quads(image: np.ndarray, grey: np.ndarray | None = None, cands=None, *,
+                      long_side: int = 640, limit: int = 4) -> list[np.ndarray]:
     """Page outlines from the shadow-flattened whiteness, best first, (4, 2) px corners
     (project convention, clockwise from the one nearest the top-left).
 
@@ -68,6 +69,12 @@ def shadow_page_quads(image: np.ndarray, *, long_side: int = 640, limit: int = 6
     ----------
     image : (H, W, 3) uint8 ndarray
         RGB photo.
+    grey : (H, W) uint8 ndarray, optional
+        The photo in grey. With ``cands``, the outlines are ranked by the page route's first
+        look at the print in them (a few ms each), and those where no candidate's print shows
+        at all are dropped; otherwise by their shape and contrast.
+    cands : sequence of Template, optional
+        The candidate templates.
     long_side : int, optional
         Long side (px) of the downscaled copy the masks are made on.
     limit : int, optional
@@ -85,7 +92,7 @@ def shadow_page_quads(image: np.ndarray, *, long_side: int = 640, limit: int = 6
     small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
     sh, sw = small.shape[:2]
     white = L._whiteness(small)
-    cands: list[tuple[float, np.ndarray]] = []
+    quads: list[tuple[float, np.ndarray]] = []
     for frac in ENVELOPE_FRACTIONS:
         flat = flattened_whiteness(small, window_frac=frac)
         g = np.clip(flat * 200.0, 0, 255).astype(np.uint8)  # for the contrast along outlines
@@ -102,17 +109,20 @@ def shadow_page_quads(image: np.ndarray, *, long_side: int = 640, limit: int = 6
                 cnts, _ = cv2.findContours((lab == i).astype(np.uint8), cv2.RETR_EXTERNAL,
                                            cv2.CHAIN_APPROX_NONE)
                 comps.append(max(cnts, key=cv2.contourArea))
-            cands += _component_quads(comps, g, near=2 * max(5, int(min(sh, sw) * frac) | 1) + 1)
-    cands.sort(key=lambda c: -c[0])
+            quads += _component_quads(comps, g, near=min(sh, sw) * frac)
+    quads.sort(key=lambda c: -c[0])
     out: list[np.ndarray] = []
-    for _, q in cands:
+    for _, q in quads:
         q = L._snap_quad_edges(q, white)
         q = L._order_quad((q + 0.5) / f)
         if all(np.max(np.linalg.norm(q - u, axis=1)) > 10 / f for u in out):
             out.append(q)
-        if len(out) >= limit:
-            break
-    return out
+    if grey is not None and cands:
+        # The flattened mask also makes quads of a bright patch of the table with the page, or
+        # of the table alone: the print decides (as for the anchored squares' outlines).
+        looks = [(L._coarse_quad_score(grey, q, cands), q) for q in out[:3 * limit]]
+        out = [q for s, q in sorted(looks, key=lambda r: -r[0]) if s >= 0.15]
+    return out[:limit]
 
 
 def _component_quads(comps: list[np.ndarray], g: np.ndarray, *, near: int) -> list[tuple[float, np.ndarray]]:
@@ -149,15 +159,12 @@ def _component_quads(comps: list[np.ndarray], g: np.ndarray, *, near: int) -> li
         runs = np.hstack([ap, np.roll(ap, -1, 0)])
         runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
         out += L._quads_from_lines(L._merged_lines(runs)[:8], g)
-    masks = []
-    for c in comps:
-        m = np.zeros((sh, sw), np.uint8)
-        cv2.drawContours(m, [c], -1, 1, -1)
-        masks.append(m)
-    ker = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (near, near))
+    # (about 200 points of each outline: the gap is then known to a few px, at little cost)
+    pts = [c.reshape(-1, 2)[::max(1, len(c) // 200)].astype(np.float32) for c in comps]
     for i in range(len(comps)):
-        grown = cv2.dilate(masks[i], ker)
         for j in range(i + 1, len(comps)):
-            if np.any(grown & masks[j]):
-                hull_quad(np.vstack([comps[i], comps[j]]), float(masks[i].sum() + masks[j].sum()))
+            gap = np.sqrt(((pts[i][:, None, :] - pts[j][None, :, :]) ** 2).sum(-1).min())
+            if gap < near:
+                hull_quad(np.vstack([comps[i], comps[j]]),
+                          abs(cv2.contourArea(comps[i])) + abs(cv2.contourArea(comps[j])))
     return out

@@ -1622,7 +1622,7 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
         def last_resort():
             yield from (("straight edges", q) for q in _page_quads_from_lines(image)[:2])
             yield from (("outline runs", q) for q in _page_quads_from_outline(image)[:4])
-            yield from (("shadow-flattened whiteness", q) for q in shadow_page_quads(image))
+            yield from (("shadow-flattened whiteness", q) for q in shadow_page_quads(image, image_grey, cands))
         for page_from, q in last_resort():
             try:
                 res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
