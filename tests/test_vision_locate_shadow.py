@@ -104,3 +104,15 @@ def test_a_cloth_without_a_page_is_still_no_sheet_found(shadow):
     cloth = _gingham((h, w)) * _shadow((h, w), 0.4 * w, shadow)[..., None]
     with pytest.raises(NoSheetFoundError, match="no score sheet found|does not match any known sheet"):
         locate.locate_sheet(np.clip(cloth, 0, 255).astype(np.uint8), templates=_templates())
+
+
+def test_the_route_runs_only_when_every_other_page_outline_failed(monkeypatch):
+    # a lit page is found by the usual routes: the shadow route is not even asked
+    import vision._page_shadow as page_shadow
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the shadow route ran on a photo the page route already located")
+    monkeypatch.setattr(page_shadow, "shadow_page_quads", refuse)
+    img, t, page = _scene(1.0)
+    loc = locate.locate_sheet(img, templates=_templates())
+    assert loc.template.id == t.id and "page_from" not in loc.details

@@ -4,20 +4,27 @@ envelope (a shadow-flattened whiteness), for the page route's last resort.
 The page route finds the page as the brightest, least coloured large region (whiteness at a
 few global thresholds). A strong shadow across a corner or a side (a phone or a hand between
 the lamp and the table, a lamp's falloff) puts that part of the page below every global
-threshold, and on a busy cloth the shadowed paper is no brighter than the cloth's lit light
-checks: the whiteness hull loses the corner, or takes the whole cloth.
+threshold, and on a busy cloth the shadowed paper is no brighter than the lit cloth's light
+checks: the whiteness hull loses the corner, or takes the whole cloth, and with a whole side
+in shadow the lit outline has no straight run there either.
 
 What a shadow does not change is that paper is the whitest thing *in its neighbourhood*: a
 shadow darkens the page and the cloth beside it alike. So whiteness is divided by its local
 upper envelope (a dilation over a window larger than a cloth's pattern, then smoothed): paper
-is ~1 wherever it lies, in light or in shadow, and the cloth near the page falls well below 1
-(the page is its neighbourhood's maximum), leaving a dark moat round the page that separates
-it from the cloth's own local maxima further away. The flattened map is thresholded near 1,
-each large component's outline gives quads (its hull, and the straight runs of its outline
-for a page that still touches a bright patch), and the page route then registers the print
-in them with all its checks, exactly as for any other outline: a bare cloth is still refused.
-"""
+is ~1 wherever it lies, in light or in shadow, and the cloth near the page falls below 1 (the
+page is its neighbourhood's maximum), leaving a moat round the page that separates it from
+the cloth's own local maxima further away. The flattened map is thresholded near 1 and opened
+(a gingham's light checks touch at their corners); each large component gives quads (its
+hull, and the straight runs of its outline for a page still joined to a bright patch), and
+so do two components close together (a shadow's edge across the page leaves a dark band on
+its shadowed side, where the envelope is the lit paper beside it). The quads are ranked by
+the page route's first look at the print in them, and the page route then registers the
+print with all its checks, exactly as for any other outline (and keeps the result only above
+SHADOW_MIN_REGISTRATION): a bare cloth is still refused.
 
+Not solved by it: a cloth whose light checks are as white and as colourless as the paper under
+the same light (then there is no moat: dev varied80000 reefs-1-hard-nm-s80069).
+"""
 from __future__ import annotations
 
 import cv2
@@ -28,8 +35,8 @@ __all__ = ["flattened_whiteness", "shadow_page_quads", "SHADOW_MIN_REGISTRATION"
 #: The page route keeps an outline of this route only when the print lines up at least this
 #: well (its own bar is 0.25). The flattened mask also gives a page's lit part alone, and the
 #: print stretched over a part can still reach 0.27-0.29, with the wrong level (a synthetic
-#: half-shadowed page); whole pages found here line up at 0.52-0.65 (hard dev photos and the
-#: synthetic scenes of tests/test_vision_locate_shadow.py).
+#: half-shadowed page); whole pages found here line up at 0.41-0.58 on the hard photos it
+#: recovers and 0.52-0.66 in the synthetic scenes of tests/test_vision_locate_shadow.py.
 SHADOW_MIN_REGISTRATION = 0.35
 
 #: Windows of the local envelope, as fractions of the small image's short side: larger than a
@@ -44,9 +51,9 @@ OPENINGS = (0.0, 0.03, 0.06)
 
 
 def flattened_whiteness(small: np.ndarray, *, window_frac: float) -> np.ndarray:
-    """Whiteness of ``small`` (RGB uint8, a downscaled photo; print closed away, smoothed)
-    divided by its local upper envelope over ``window_frac`` of the short side: float32,
-    ~1 on paper in light or shadow, below 1 on a cloth next to a page."""
+    """The whiteness of ``small`` (a downscaled RGB uint8 photo), the print closed away and
+    smoothed, divided by its local upper envelope over ``window_frac`` of the short side:
+    float32, ~1 on paper in light or in shadow, below 1 on a cloth next to a page."""
     from vision.locate import _whiteness
     sh, sw = small.shape[:2]
     k = max(3, int(min(sh, sw) * 0.02) | 1)
@@ -100,7 +107,7 @@ def shadow_page_quads(image: np.ndarray, grey: np.ndarray | None = None, cands=N
             bw = (flat >= level).astype(np.uint8)
             ko = max(5, int(min(sh, sw) * opening) | 1)
             bw = cv2.morphologyEx(bw, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (ko, ko)))
-            n, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
+            _, lab, stats, _ = cv2.connectedComponentsWithStats(bw, connectivity=4)
             comps = []
             for i in np.argsort(-stats[1:, cv2.CC_STAT_AREA])[:4] + 1:
                 # (a page's shadowed part alone may be small)
@@ -125,7 +132,8 @@ def shadow_page_quads(image: np.ndarray, grey: np.ndarray | None = None, cands=N
     return out[:limit]
 
 
-def _component_quads(comps: list[np.ndarray], g: np.ndarray, *, near: int) -> list[tuple[float, np.ndarray]]:
+def _component_quads(comps: list[np.ndarray], g: np.ndarray, *,
+                     near: float) -> list[tuple[float, np.ndarray]]:
     """Scored quads ``(score, quad)`` (index coords of ``g``, the flattened whiteness as uint8)
     from the outlines ``comps`` of a paper mask's largest components: each component's hull
     when the component fills it, the quads made by the straight runs of its outline (a page
