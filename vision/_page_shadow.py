@@ -146,7 +146,7 @@ def _component_quads(comps: list[np.ndarray], g: np.ndarray, *,
     sh, sw = g.shape
     out: list[tuple[float, np.ndarray]] = []
 
-    def hull_quad(pts: np.ndarray, filled: float):
+    def hull_quad(pts: np.ndarray, filled: float, min_fill: float = 0.8):
         quad = L._hull_to_quad(cv2.convexHull(pts))
         if quad is None:
             return
@@ -155,7 +155,7 @@ def _component_quads(comps: list[np.ndarray], g: np.ndarray, *,
             return
         fill = filled / max(qa, 1.0)  # holes (the print) count as page
         contrast = L._quad_contrast(g, quad)
-        if fill >= 0.8 and contrast >= 0.03:
+        if fill >= min_fill and contrast >= 0.03:
             out.append((np.sqrt(qa) * min(fill, 1.0) ** 2 * min(contrast, 0.3), quad))
     for c in comps:
         a = abs(cv2.contourArea(c))
@@ -173,6 +173,7 @@ def _component_quads(comps: list[np.ndarray], g: np.ndarray, *,
         for j in range(i + 1, len(comps)):
             gap = np.sqrt(((pts[i][:, None, :] - pts[j][None, :, :]) ** 2).sum(-1).min())
             if gap < near:
+                # (the band between them is page too: a quarter of it in a synthetic scene)
                 hull_quad(np.vstack([comps[i], comps[j]]),
-                          abs(cv2.contourArea(comps[i])) + abs(cv2.contourArea(comps[j])))
+                          abs(cv2.contourArea(comps[i])) + abs(cv2.contourArea(comps[j])), 0.7)
     return out
