@@ -28,7 +28,10 @@ Routes, tried in this order:
    candidate template in each of the four orientations, register the best few with ORB + MAGSAC
    and polish the winner with ECC. When no page outline is found or it lines up poorly (a page
    against a white sleeve or bowl), the whole photo is matched against each rendering instead;
-   failing both, the outline is built from the page's straight edges (Hough lines). Among a
+   failing both, the outline is built from the page's straight edges (Hough lines), then from
+   the straight runs of bright components' outlines, then from the whiteness flattened by its
+   local envelope (``vision._page_shadow``: a side or corner in strong shadow on a busy cloth;
+   kept only when the print lines up at least ``SHADOW_MIN_REGISTRATION``). Among a
    game's levels, the one whose *print* (achromatic ink, pencil discounted) matches where the
    levels differ wins, every level judged under the same well-registered homographies; a
    small margin is reported as ``details["ambiguous"]`` and caps ``quality`` at 0.3, so that
