@@ -1859,6 +1859,99 @@ def prepare(template: Template, *, markers: bool = True) -> None:
     _blur_tiles(template, markers, (h, w), 3)
 
 
+def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bool,
+            check_blur: bool, registration: bool = True) -> dict:
+    """The registration score and the blur check of a location: ``{"registration", "blur_mm"}``
+    (each when asked for); raises :class:`BlurryPhotoError` above ``BLUR_LIMIT_MM``."""
+    out = {}
+    fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
+    if registration:
+        out["registration"] = round(registration_score(grey, H, t, markers=markers_printed,
+                                                         ink=fink), 4)
+    if check_blur:
+        blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
+        out["blur_mm"] = round(blur_mm, 3)
+        if blur_mm > BLUR_LIMIT_MM:
+            raise BlurryPhotoError(
+                f"the photo is too blurred to read the sheet (the print is smeared over about "
+                f"{blur_mm:.1f} mm; at most {BLUR_LIMIT_MM:.1f} mm can be read).",
+                hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
+                     "retake the photo in good light.")
+    return out
+
+
+#: A refused weak location is replaced only by one whose print lines up at least this much
+#: better (registration score): a sheet really blurred or cut off lines up about equally
+#: badly wherever the routes put it, a wrong location lines up far worse than the right one
+#: (hard dev photos: 0.16-0.35 at locations 150-1150 px off, 0.51-0.67 at the true page).
+RETRY_MIN_GAIN = 0.1
+#: An alternative that lines up this well ends the retry (the routes after it cost ~0.1-0.3 s
+#: each).
+RETRY_GOOD_REGISTRATION = 0.5
+
+
+def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: bool,
+                   check_blur: bool):
+    """A weak location (see :func:`locate_sheet`) was refused as cut off or too blurred: try
+    the other routes' locations (the page route when the first came from markers, then the
+    page outlines from straight edges and from the straight runs of bright components'
+    outlines) and keep the one that passes the checks and lines up best, when it lines up at
+    least ``RETRY_MIN_GAIN`` better than the first. Otherwise the refusal stands, with the
+    message of the best-lined-up location refused (the first's unless another lines up
+    ``RETRY_MIN_GAIN`` better): the message must describe the page where the print is.
+
+    Returns ``(template, H, method, quality, details, markers_printed, checked)``, where
+    ``checked`` holds ``registration`` and ``blur_mm``; raises the refusal otherwise."""
+    t0, H0, method0, mk0 = first
+    reg0 = registration_score(grey, H0, t0, markers=mk0)
+    corners0 = project(H0, _page_corners(t0))
+    best_refused = (reg0, refusal)
+    best = None
+    tried = 0
+
+    def alternatives():
+        if from_markers:  # (else the page route gave the first location)
+            yield "page route", None
+        for q in _page_quads_from_lines(image)[:2]:
+            yield "straight edges", q
+        for q in _page_quads_from_outline(image)[:4]:
+            yield "outline runs", q
+
+    for page_from, q in alternatives():
+        if q is not None and np.abs(_order_quad(corners0) - _order_quad(q)).max() < 0.01 * max(grey.shape):
+            continue  # the first location's own outline
+        try:
+            t, H, method, quality, d = _locate_by_page(grey, cands, markers_printed=None,
+                                                       image=image, quad=q)
+        except (NoSheetFoundError, SheetCutOffError):
+            continue
+        tried += 1
+        mk = bool(d.get("markers_printed", False))
+        reg = registration_score(grey, H, t, markers=mk)
+        if reg < reg0 + RETRY_MIN_GAIN:
+            continue
+        try:
+            d.update(_check_in_view(t, H, image.shape, method=method))
+            checked = _checks(grey, H, t, markers_printed=mk, check_blur=check_blur,
+                              registration=False)
+        except (SheetCutOffError, BlurryPhotoError) as e:
+            if reg > best_refused[0]:
+                best_refused = (reg, e)
+            continue
+        checked["registration"] = round(reg, 4)
+        if best is None or reg > best[0]:
+            best = (reg, (t, H, method, quality, d, mk, checked), page_from)
+        if reg >= RETRY_GOOD_REGISTRATION:
+            break
+    if best is None:
+        raise best_refused[1]
+    reg, (t, H, method, quality, d, mk, checked), page_from = best
+    d.pop("_per_template", None)
+    d["retried"] = {"refused": type(refusal).__name__, "method": method0,
+                    "registration": round(reg0, 4), "found_by": page_from}
+    return t, H, method, quality, d, mk, checked
+
+
 # --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
@@ -2005,25 +2098,42 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         details.update(d)
         markers_printed = d.get("markers_printed", False)
         mids = tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
-    details.update(_check_in_view(t, H, a.shape, method=method))
     markers_printed = bool(markers_printed)
+    # A location that no confirmed marker set pins down (an extrapolated, relaxed or anchored
+    # marker set, the page route's outline or features) can be wrong while the photo is fine:
+    # the cut-off and blur checks then measure the wrong place and their refusal would be
+    # false. Such a location is checked here, at once, and on a refusal the other routes'
+    # locations are tried (_retry_refused). Four strictly read markers are never wrong by more
+    # than a curl, so their checks keep their place (deferred beside light normalisation).
+    weak = method != "markers" or len(mids) < 4 or relaxed_only or bool(details.get("markers_anchored"))
+    checked: dict | None = None
+    blurred: BlurryPhotoError | None = None  # (deferred: the caller's checks() raises it)
+    try:
+        details.update(_check_in_view(t, H, a.shape, method=method))
+        if weak and check_blur:
+            checked = _checks(grey, H, t, markers_printed=markers_printed, check_blur=True)
+    except (SheetCutOffError, BlurryPhotoError) as refusal:
+        if not weak:
+            raise
+        try:
+            t, H, method, quality, d, markers_printed, checked = _retry_refused(
+                grey, a, cands, refusal, first=(t, H, method, markers_printed),
+                from_markers=res is not None, check_blur=check_blur)
+        except BlurryPhotoError as e:
+            if not defer_checks or not isinstance(refusal, BlurryPhotoError):
+                raise
+            blurred = e  # the first location stands; its checks refuse it, as without retry
+        else:
+            details = {**({"markers_detected": sorted(found)} if found else {}), **d}
+            mids = tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
 
     def checks() -> dict:
-        out = {}
-        fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
-        if "registration" not in details:
-            out["registration"] = round(registration_score(grey, H, t, markers=markers_printed,
-                                                             ink=fink), 4)
-        if check_blur:
-            blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
-            out["blur_mm"] = round(blur_mm, 3)
-            if blur_mm > BLUR_LIMIT_MM:
-                raise BlurryPhotoError(
-                    f"the photo is too blurred to read the sheet (the print is smeared over about "
-                    f"{blur_mm:.1f} mm; at most {BLUR_LIMIT_MM:.1f} mm can be read).",
-                    hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
-                         "retake the photo in good light.")
-        return out
+        if blurred is not None:
+            raise blurred
+        if checked is not None:
+            return checked
+        return _checks(grey, H, t, markers_printed=markers_printed, check_blur=check_blur,
+                       registration="registration" not in details)
 
     def located(checked: dict) -> SheetLocation:
         return SheetLocation(template=t, homography=H, method=method, markers_found=mids,
