@@ -1885,36 +1885,53 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
 #: badly wherever the routes put it, a wrong location lines up far worse than the right one
 #: (hard dev photos: 0.16-0.35 at locations 150-1150 px off, 0.51-0.67 at the true page).
 RETRY_MIN_GAIN = 0.1
-#: An alternative that lines up this well ends the retry (the routes after it cost ~0.1-0.3 s
-#: each).
+#: A refused location whose print lines up this well (registration score), or whose blur
+#: measure fits the rendering this well (the correlation at the best blur, see
+#: :func:`estimate_blur_mm`), is believed: its refusal stands without trying other routes
+#: (~0.5-1.5 s). An alternative that lines up this well also ends the retry. Hard dev and
+#: made-bad photos: false refusals at 0.16-0.35 (registration) and 0.22-0.45 (blur fit);
+#: really blurred sheets 0.46-0.55 and 0.59-0.79, really cut-off ones 0.38-0.66 and
+#: 0.33-0.57 (a cut-off sheet's print is partly missing from the frame).
 RETRY_GOOD_REGISTRATION = 0.5
 
 
 def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: bool,
                    check_blur: bool):
-    """A weak location (see :func:`locate_sheet`) was refused as cut off or too blurred: try
-    the other routes' locations (the page route when the first came from markers, then the
-    page outlines from straight edges and from the straight runs of bright components'
-    outlines) and keep the one that passes the checks and lines up best, when it lines up at
-    least ``RETRY_MIN_GAIN`` better than the first. Otherwise the refusal stands, with the
-    message of the best-lined-up location refused (the first's unless another lines up
-    ``RETRY_MIN_GAIN`` better): the message must describe the page where the print is.
+    """A weak location (see :func:`locate_sheet`) was refused as cut off or too blurred.
+
+    Unless its own evidence backs the refusal (the print lines up, or the blur measure fits
+    the rendering, ``RETRY_GOOD_REGISTRATION``), try the other routes' page outlines: the
+    page's whiteness outline when the first location came from markers, then the outlines
+    from straight edges and from the straight runs of bright components' outlines, each
+    registered and identified as the page route does. Keep the one that passes the checks and
+    lines up best, when it lines up at least ``RETRY_MIN_GAIN`` better than the first.
+    Otherwise the refusal stands, with the message of the best-lined-up location refused (the
+    first's, unless another lines up ``RETRY_MIN_GAIN`` better): the message describes the
+    page where the print is, not where a misplaced marker put it.
 
     Returns ``(template, H, method, quality, details, markers_printed, checked)``, where
     ``checked`` holds ``registration`` and ``blur_mm``; raises the refusal otherwise."""
     t0, H0, method0, mk0 = first
-    reg0 = registration_score(grey, H0, t0, markers=mk0)
+    fink = _frame_ink(grey, H0, t0)
+    reg0 = registration_score(grey, H0, t0, markers=mk0, ink=fink)
+    fit0 = estimate_blur_mm(grey, H0, t0, markers=mk0, ink=fink)[1]
+    if max(reg0, fit0) >= RETRY_GOOD_REGISTRATION:
+        raise refusal  # the print is where the location says: the refusal is true
     corners0 = project(H0, _page_corners(t0))
     best_refused = (reg0, refusal)
     best = None
     tried = 0
 
     def alternatives():
-        if from_markers:  # (else the page route gave the first location)
-            yield "page route", None
-        for q in _page_quads_from_lines(image)[:2]:
+        if from_markers:  # (else the page route gave the first location, from this outline)
+            q = find_page_quad(image)
+            if q is not None:
+                yield "page outline", q
+        # the best one or two of each (each costs a registration, ~0.15 s; the hard dev
+        # photos' true outlines came first)
+        for q in _page_quads_from_lines(image)[:1]:
             yield "straight edges", q
-        for q in _page_quads_from_outline(image)[:4]:
+        for q in _page_quads_from_outline(image)[:2]:
             yield "outline runs", q
 
     for page_from, q in alternatives():
@@ -1948,7 +1965,8 @@ def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: b
     reg, (t, H, method, quality, d, mk, checked), page_from = best
     d.pop("_per_template", None)
     d["retried"] = {"refused": type(refusal).__name__, "method": method0,
-                    "registration": round(reg0, 4), "found_by": page_from}
+                    "registration": round(reg0, 4), "blur_fit": round(fit0, 4),
+                    "found_by": page_from}
     return t, H, method, quality, d, mk, checked
 
 
