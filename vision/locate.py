@@ -40,6 +40,11 @@ Routes, tried in this order:
 After locating: a sheet whose readable area leaves the photo raises :class:`SheetCutOffError`;
 a photo too blurred to read raises :class:`BlurryPhotoError` (the blur of the print on the
 page in mm, estimated against the clean rendering, so it does not depend on the photo's size).
+A *weak* location (anything but four strictly read markers) is checked at once, and when it
+is refused while its own evidence is poor (the print lines up badly and the blur measure fits
+no blurred rendering), the other page outlines are tried and one that passes the checks and
+lines up clearly better is kept (``details["retried"]``): a misplaced marker set or outline
+made a sharp photo "too blurred" or a whole sheet "cut off". See :func:`_retry_refused`.
 ``details`` always carries ``registration`` (how well the print lines up, 0..1) and
 ``blur_mm``. See docs/BAD_INPUT.md.
 
