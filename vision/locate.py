@@ -1901,7 +1901,7 @@ RETRY_GOOD_REGISTRATION = 0.5
 
 
 def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: bool,
-                   check_blur: bool):
+                   check_blur: bool, first_quad=None):
     """A weak location (see :func:`locate_sheet`) was refused as cut off or too blurred.
 
     Unless its own evidence backs the refusal (the print lines up, or the blur measure fits
@@ -1922,10 +1922,12 @@ def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: b
     fit0 = estimate_blur_mm(grey, H0, t0, markers=mk0, ink=fink)[1]
     if max(reg0, fit0) >= RETRY_GOOD_REGISTRATION:
         raise refusal  # the print is where the location says: the refusal is true
-    corners0 = project(H0, _page_corners(t0))
+    # the first location's page and the outline it was registered from (the page route's)
+    seen = [_order_quad(project(H0, _page_corners(t0)))]
+    if first_quad is not None:
+        seen.append(_order_quad(np.asarray(first_quad, float)))
     best_refused = (reg0, refusal)
     best = None
-    tried = 0
 
     def alternatives():
         if from_markers:  # (else the page route gave the first location, from this outline)
@@ -1940,14 +1942,13 @@ def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: b
             yield "outline runs", q
 
     for page_from, q in alternatives():
-        if q is not None and np.abs(_order_quad(corners0) - _order_quad(q)).max() < 0.01 * max(grey.shape):
+        if any(np.abs(s_ - _order_quad(q)).max() < 0.01 * max(grey.shape) for s_ in seen):
             continue  # the first location's own outline
         try:
             t, H, method, quality, d = _locate_by_page(grey, cands, markers_printed=None,
                                                        image=image, quad=q)
         except (NoSheetFoundError, SheetCutOffError):
             continue
-        tried += 1
         mk = bool(d.get("markers_printed", False))
         reg = registration_score(grey, H, t, markers=mk)
         if reg < reg0 + RETRY_MIN_GAIN:
@@ -2141,7 +2142,8 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         try:
             t, H, method, quality, d, markers_printed, checked = _retry_refused(
                 grey, a, cands, refusal, first=(t, H, method, markers_printed),
-                from_markers=res is not None, check_blur=check_blur)
+                from_markers=res is not None, check_blur=check_blur,
+                first_quad=details.get("page_quad_px"))
         except BlurryPhotoError as e:
             if not defer_checks or not isinstance(refusal, BlurryPhotoError):
                 raise
