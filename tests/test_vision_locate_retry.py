@@ -16,7 +16,7 @@ import pytest
 
 import vision.locate as L
 from sheetcheck.errors import BlurryPhotoError, NoSheetFoundError, SheetCutOffError
-from vision._geom_render import project
+from vision._geom_render import photo_grey, project
 from vision._geom_synth import synth_photo, synthetic_template
 
 TEMPLATES = [synthetic_template(v) for v in range(4)]
@@ -107,3 +107,35 @@ def test_a_really_blurred_sheet_without_markers_is_still_refused(defer):
         pytest.fail("a blurred sheet must be refused as blurred")
     with pytest.raises(BlurryPhotoError, match="too blurred"):
         complete()
+
+
+def test_a_really_blurred_sheet_is_refused_from_where_its_print_is():
+    """A misplaced first location of a really blurred sheet: the retry finds the page, which
+    lines up better and is blurred too, so the photo is refused as blurred, with the message
+    measured there (not the misplaced location's)."""
+    t = TEMPLATES[0]
+    ph = synth_photo(t, seed=2, size=(640, 480), rotation_deg=10, blur_px=5.0)
+    src = L._page_corners(t)
+    dst = project(ph.homography, src)
+    dst[2] += (120.0, 80.0)
+    H1 = cv2.getPerspectiveTransform(src.astype(np.float32), dst.astype(np.float32)).astype(float)
+    grey = photo_grey(ph.image)
+    first = BlurryPhotoError("the photo is too blurred (measured at the misplaced location)")
+    with pytest.raises(BlurryPhotoError, match="too blurred to read the sheet") as refused:
+        L._retry_refused(grey, ph.image, TEMPLATES, first, first=(t, H1, "markers", True),
+                         from_markers=True, check_blur=True)
+    assert refused.value is not first
+
+
+def test_a_refusal_its_own_location_backs_is_not_retried(monkeypatch):
+    """At the true location the blurred print fits a blurred rendering well: the refusal is
+    true and stands as it is, without registering other outlines (the cost stays bounded)."""
+    t = TEMPLATES[0]
+    ph = synth_photo(t, seed=2, size=(640, 480), rotation_deg=10, blur_px=5.0)
+    monkeypatch.setattr(L, "_locate_by_page", lambda *a, **k: pytest.fail("no retry expected"))
+    first = BlurryPhotoError("the photo is too blurred (measured at the true location)")
+    with pytest.raises(BlurryPhotoError, match="true location") as refused:
+        L._retry_refused(photo_grey(ph.image), ph.image, TEMPLATES, first,
+                         first=(t, ph.homography, "markers", True), from_markers=True,
+                         check_blur=True)
+    assert refused.value is first
