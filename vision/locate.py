@@ -1900,6 +1900,12 @@ RETRY_MIN_GAIN = 0.1
 RETRY_GOOD_REGISTRATION = 0.5
 
 
+def _markers_used(t: Template, found: dict, d: dict) -> tuple[int, ...]:
+    """The template's marker ids that a page-route or anchored location rests on: the ones
+    detected in the photo and the squares anchored as markers (``d["markers_anchored"]``)."""
+    return tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
+
+
 def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: bool,
                    check_blur: bool, first_quad=None):
     """A weak location (see :func:`locate_sheet`) was refused as cut off or too blurred.
@@ -2121,7 +2127,7 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         t, H, method, quality, d = anchored if anchored is not None else page
         details.update(d)
         markers_printed = d.get("markers_printed", False)
-        mids = tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
+        mids = _markers_used(t, found, d)
     markers_printed = bool(markers_printed)
     # A location that no confirmed marker set pins down (an extrapolated, relaxed or anchored
     # marker set, the page route's outline or features) can be wrong while the photo is fine:
@@ -2150,7 +2156,7 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
             blurred = e  # the first location stands; its checks refuse it, as without retry
         else:
             details = {**({"markers_detected": sorted(found)} if found else {}), **d}
-            mids = tuple(sorted({m for m in t.marker_ids if m in found} | set(d.get("markers_anchored", ()))))
+            mids = _markers_used(t, found, d)
 
     def checks() -> dict:
         if blurred is not None:
