@@ -855,7 +855,6 @@ def _measure_rest(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], 
     that they can be taken on another thread: ``(S, k)``, the sums and their rows by name."""
     H, W = roi_shape
     k: dict = {}
-    b1, b2 = model.band == 1, model.band == 2
     # Bare cores: unmarked paper at least ~0.6 mm from any ink and from the edge of what can
     # be seen. Crossing out (an X, a slash, a tick) leaves wide bare patches between its
     # strokes wherever they run; colouring in, even with gaps between hatching strokes, does
@@ -880,7 +879,7 @@ def _measure_rest(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], 
     k["ink"] = acc.add(ink)
     if zp is not None:
         k["z"], k["z3"] = acc.add(zp), acc.add(ok & (zp > 3.0))
-        k["zb"], k["zo"] = acc.add(np.where(b1 | b2, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
+        k["zb"], k["zo"] = acc.add(np.where(model.band != 0, zp, 0.0)), acc.add(np.where(model.off, zp, 0.0))
     return acc.sums(), k
 
 
