@@ -118,12 +118,8 @@ def shadow_page_quads(image: np.ndarray, grey: np.ndarray | None = None, cands=N
                 comps.append(max(cnts, key=cv2.contourArea))
             quads += _component_quads(comps, g, near=min(sh, sw) * frac)
     quads.sort(key=lambda c: -c[0])
-    out: list[np.ndarray] = []
-    for _, q in quads:
-        q = L._snap_quad_edges(q, white)
-        q = L._order_quad((q + 0.5) / f)
-        if all(np.max(np.linalg.norm(q - u, axis=1)) > 10 / f for u in out):
-            out.append(q)
+    out = L._distinct_quads([L._order_quad((L._snap_quad_edges(q, white) + 0.5) / f)
+                             for _, q in quads], 10 / f)
     if grey is not None and cands:
         # The flattened mask also makes quads of a bright patch of the table with the page, or
         # of the table alone: the print decides (as for the anchored squares' outlines).
@@ -147,26 +143,17 @@ def _component_quads(comps: list[np.ndarray], g: np.ndarray, *,
     out: list[tuple[float, np.ndarray]] = []
 
     def hull_quad(pts: np.ndarray, filled: float, min_fill: float = 0.8):
-        quad = L._hull_to_quad(cv2.convexHull(pts))
-        if quad is None:
-            return
-        qa = abs(cv2.contourArea(quad.astype(np.float32)))
-        if qa < 0.04 * sh * sw:
-            return
-        fill = filled / max(qa, 1.0)  # holes (the print) count as page
-        contrast = L._quad_contrast(g, quad)
-        if fill >= min_fill and contrast >= 0.03:
-            out.append((np.sqrt(qa) * min(fill, 1.0) ** 2 * min(contrast, 0.3), quad))
+        # (filled: the outline's area, so holes (the print) count as page)
+        scored = L._hull_quad(cv2.convexHull(pts), filled, g, min_fill=min_fill, min_area=0.04)
+        if scored is not None:
+            out.append(scored)
     for c in comps:
         a = abs(cv2.contourArea(c))
         if a < 0.04 * sh * sw:
             continue
         hull_quad(c, a)
         # the straight runs of the outline: a page still joined to a bright patch
-        ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
-        runs = np.hstack([ap, np.roll(ap, -1, 0)])
-        runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
-        out += L._quads_from_lines(L._merged_lines(runs)[:8], g)
+        out += L._outline_run_quads(c, g)
     # (about 200 points of each outline: the gap is then known to a few px, at little cost)
     pts = [c.reshape(-1, 2)[::max(1, len(c) // 200)].astype(np.float32) for c in comps]
     for i in range(len(comps)):

@@ -955,20 +955,9 @@ def find_page_quad(image: np.ndarray, *, long_side: int = 640) -> np.ndarray | N
     best, best_score = None, 0.0
     for g, component, area in _bright_components(small):
         cnts, _ = cv2.findContours(component, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-        hull = cv2.convexHull(max(cnts, key=cv2.contourArea))
-        quad = _hull_to_quad(hull)
-        if quad is None:
-            continue
-        qa = abs(cv2.contourArea(quad.astype(np.float32)))
-        fill_ratio = area / max(qa, 1.0)  # a page fills its quad; clutter does not
-        if fill_ratio < 0.8:
-            continue
-        contrast = _quad_contrast(g, quad)
-        if contrast < 0.03:
-            continue
-        score = np.sqrt(qa) * min(fill_ratio, 1.0) ** 2 * min(contrast, 0.3)
-        if score > best_score:
-            best, best_score = quad, score
+        scored = _hull_quad(cv2.convexHull(max(cnts, key=cv2.contourArea)), area, g)
+        if scored is not None and scored[0] > best_score:
+            best_score, best = scored
     if best is None:
         return None
     if small.ndim == 3:
@@ -976,6 +965,47 @@ def find_page_quad(image: np.ndarray, *, long_side: int = 640) -> np.ndarray | N
     # index coords in the small image -> px in the original (project convention)
     q = (best + 0.5) / f
     return _order_quad(q)
+
+
+def _hull_quad(hull: np.ndarray, filled: float, g: np.ndarray, *, min_fill: float = 0.8,
+               min_area: float = 0.0) -> tuple[float, np.ndarray] | None:
+    """A bright component's convex ``hull`` reduced to four corners and scored as a page:
+    ``(score, quad)`` (index coords of ``g``), or None when the quad is under ``min_area`` of
+    ``g``, the component (``filled`` px) fills less than ``min_fill`` of it (a page fills its
+    quad; clutter does not) or it is not brighter than the table along its outline. Score: the
+    square root of the area times the fill squared times the contrast (capped at 0.3)."""
+    quad = _hull_to_quad(hull)
+    if quad is None:
+        return None
+    qa = abs(cv2.contourArea(quad.astype(np.float32)))
+    if qa < min_area * g.shape[0] * g.shape[1]:
+        return None
+    fill = filled / max(qa, 1.0)
+    if fill < min_fill:
+        return None
+    contrast = _quad_contrast(g, quad)
+    if contrast < 0.03:
+        return None
+    return np.sqrt(qa) * min(fill, 1.0) ** 2 * min(contrast, 0.3), quad
+
+
+def _outline_run_quads(outline: np.ndarray, g: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    """Scored quads ``(score, quad)`` made by the straight runs (>= 6 % of the short side) of
+    one component's ``outline`` (index coords of ``g``), merged into lines."""
+    sh, sw = g.shape[:2]
+    ap = cv2.approxPolyDP(outline, 0.004 * cv2.arcLength(outline, True), True).reshape(-1, 2).astype(np.float64)
+    runs = np.hstack([ap, np.roll(ap, -1, 0)])
+    runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
+    return _quads_from_lines(_merged_lines(runs)[:8], g)
+
+
+def _distinct_quads(quads, tol: float) -> list[np.ndarray]:
+    """``quads`` in order, without any whose corners all lie within ``tol`` px of a kept one."""
+    out: list[np.ndarray] = []
+    for q in quads:
+        if all(np.max(np.linalg.norm(q - u, axis=1)) > tol for u in out):
+            out.append(q)
+    return out
 
 
 def _bright_components(small: np.ndarray):
@@ -1089,22 +1119,12 @@ def _page_quads_from_outline(image: np.ndarray, *, long_side: int = 640) -> list
     h, w = image.shape[:2]
     f = min(1.0, long_side / max(h, w))
     small = cv2.resize(image, (round(w * f), round(h * f)), interpolation=cv2.INTER_AREA) if f < 1 else image
-    sh, sw = small.shape[:2]
     cands = []
     for g, component, _ in _bright_components(small):
         cnts, _ = cv2.findContours(component, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
-        c = max(cnts, key=cv2.contourArea)
-        ap = cv2.approxPolyDP(c, 0.004 * cv2.arcLength(c, True), True).reshape(-1, 2).astype(np.float64)
-        runs = np.hstack([ap, np.roll(ap, -1, 0)])
-        runs = runs[np.hypot(runs[:, 2] - runs[:, 0], runs[:, 3] - runs[:, 1]) >= 0.06 * min(sh, sw)]
-        cands += _quads_from_lines(_merged_lines(runs)[:8], g)
+        cands += _outline_run_quads(max(cnts, key=cv2.contourArea), g)
     cands.sort(key=lambda c: -c[0])
-    out: list[np.ndarray] = []
-    for _, q in cands:
-        q = _order_quad((q + 0.5) / f)
-        if all(np.max(np.linalg.norm(q - u, axis=1)) > 10 / f for u in out):
-            out.append(q)
-    return out
+    return _distinct_quads([_order_quad((q + 0.5) / f) for _, q in cands], 10 / f)
 
 
 def _merged_lines(segs: np.ndarray) -> list[list]:
