@@ -234,3 +234,22 @@ def test_no_second_thread_while_no_core_is_idle(cv2_threads, monkeypatch):
     assert gt.idle_core() and gt.threads() == 2
     cv2_threads.setNumThreads(1)
     assert gt.threads() == 1
+
+
+def test_the_readings_decision_rule_is_the_rules_own_dict_and_the_readers_to_change(easy_crypts):
+    # details["reader"]["decision"] comes from a per-rule cache (asdict cost ~1 ms a read):
+    # it must be asdict's dict, and one reading's copy must not be another's
+    from dataclasses import asdict
+
+    from vision.learned import resolve_reader
+
+    _, _, photo = easy_crypts
+    rule = resolve_reader("default").rule
+    a = read_photo(photo.jpeg).details["reader"]["decision"]
+    assert a == asdict(rule)
+    assert type(a["tiers"]) is type(asdict(rule)["tiers"])
+    a["hand_min"] = -1.0
+    if a.get("by_mark"):
+        next(iter(a["by_mark"].values()))["hand_min"] = -1.0
+    b = read_photo(photo.jpeg).details["reader"]["decision"]
+    assert b == asdict(rule) and b["hand_min"] == rule.hand_min

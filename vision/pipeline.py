@@ -11,6 +11,7 @@ by side (``vision._geom_threads``), with the same results.
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -271,12 +272,31 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         # which readers decided (a reading is only comparable with one made the same way)
         "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
                     "model_created": learned.meta.get("created"), "kind": learned.kind,
-                    "decision": asdict(learned.rule)}
+                    "decision": _rule_dict(learned.rule)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
                         light.to_srgb() if keep_images else None, sheet.matrix)
+
+
+_rule_lock = threading.Lock()
+_rule_dicts: dict[int, tuple[Any, bytes]] = {}
+
+
+def _rule_dict(rule) -> dict:
+    """``dataclasses.asdict(rule)``, a new dict every call (the caller's to change), without
+    its cost: asdict deep-copies the rule's nested thresholds (~0.6-1 ms of plain Python on
+    every read, with reader-v7's tiers), so the rule's dict is built once per rule and each
+    read unpickles a copy of it (~0.02 ms; the same keys, values and types)."""
+    with _rule_lock:
+        hit = _rule_dicts.get(id(rule))
+        if hit is None or hit[0] is not rule:
+            if len(_rule_dicts) >= 16:
+                _rule_dicts.clear()
+            # (the rule itself is kept with its dict, so that its id cannot be reused)
+            hit = _rule_dicts[id(rule)] = (rule, pickle.dumps(asdict(rule), protocol=5))
+    return pickle.loads(hit[1])
 
 
 def photo_features(parts: Mapping[str, float], rect, light) -> dict[str, float]:
