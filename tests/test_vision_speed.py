@@ -55,3 +55,32 @@ def test_calibration_assigns_unlabelled_marks_as_numpys_hue_difference_does():
     assert [c.name for c in got.colours] == [c.name for c in prior.colours]
     moved = {c.name: abs(float(hue_diff(c.hue_deg, hues[c.name]))) for c in got.colours}
     assert all(m <= 25.0 + 1e-9 for m in moved.values()), moved
+
+
+def test_rectify_fields_sampled_on_a_grid_give_the_one_column_values():
+    import cv2
+
+    from vision.rectify import _Field, _GridField, _grid
+
+    rng = np.random.default_rng(3)
+    vals = rng.normal(0, 2, (9, 13, 2)).astype(np.float32)
+    cy, cx = np.arange(9) * 48 + 23.5, np.arange(13) * 48 + 23.5
+    G = np.array(_grid((700, 500), 8))  # (H, W, 2) points, as _photo_maps samples them
+    pts = rng.uniform(-40, 740, (999, 2))  # and a list of points
+    for field in (_Field(vals, cy, cx, 100 / 60), _GridField(vals, cy, cx, 100 / 60)):
+        for p in (G, pts):
+            got = field.at(p)
+            # the plain computation: every point in one column
+            if isinstance(field, _Field):
+                sy, sx = field.cy[1] - field.cy[0], field.cx[1] - field.cx[0]
+                u = ((p[..., 0] - field.cx[0]) / sx).astype(np.float32)
+                v = ((p[..., 1] - field.cy[0]) / sy).astype(np.float32)
+            else:
+                u = np.interp(p[..., 0], field.cx, np.arange(len(field.cx))).astype(np.float32)
+                v = np.interp(p[..., 1], field.cy, np.arange(len(field.cy))).astype(np.float32)
+            want = np.stack([cv2.remap(field.v[..., c], u.reshape(-1, 1), v.reshape(-1, 1),
+                                       cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+                                       ).reshape(u.shape) for c in range(2)], -1)
+            assert got.shape == p.shape
+            assert np.array_equal(got, want)
+            assert np.abs(got).max() > 0.1  # (a field that moves something)

@@ -375,6 +375,16 @@ def _ink_of(img: np.ndarray, *, background_px: float) -> np.ndarray:
     return _fast_ink(_grey(img), background_px=background_px)
 
 
+def _map_layout(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``cv2.remap``'s maps for sampling a field at points with map coordinates ``u``, ``v``:
+    a grid of points (2-D) as it is, anything else as one column. Each output value depends
+    on its own map entry alone, so the layout changes no value; a one-column map of a grid
+    cost ~50 % more (0.28 against 0.18 ms for 106 x 149 points: remap works row by row)."""
+    if u.ndim == 2:
+        return u, v
+    return u.reshape(-1, 1), v.reshape(-1, 1)
+
+
 class _Field:
     """A displacement field sampled at tile centres (index coords of a frame at some scale)."""
 
@@ -391,7 +401,7 @@ class _Field:
         u = ((pts[..., 0] - self.cx[0]) / sx).astype(np.float32)
         v = ((pts[..., 1] - self.cy[0]) / sy).astype(np.float32)
         shp = u.shape
-        u2, v2 = u.reshape(-1, 1), v.reshape(-1, 1)
+        u2, v2 = _map_layout(u, v)
         dx = cv2.remap(self.v[..., 0], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         dy = cv2.remap(self.v[..., 1], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
@@ -429,7 +439,7 @@ class _GridField:
         u = np.interp(pts[..., 0], self.cx, np.arange(len(self.cx))).astype(np.float32)
         v = np.interp(pts[..., 1], self.cy, np.arange(len(self.cy))).astype(np.float32)
         shp = u.shape
-        u2, v2 = u.reshape(-1, 1), v.reshape(-1, 1)
+        u2, v2 = _map_layout(u, v)
         dx = cv2.remap(self.v[..., 0], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         dy = cv2.remap(self.v[..., 1], u2, v2, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         return np.stack([dx.reshape(shp), dy.reshape(shp)], -1)
