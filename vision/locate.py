@@ -76,7 +76,8 @@ from vision._geom_threads import start, threads
 
 
 __all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
-           "BLUR_LIMIT_MM", "SMALL_SHEET_PX_PER_MM", "sheet_px_per_mm", "estimate_blur_mm", "registration_score"]
+           "BLUR_LIMIT_MM", "SMALL_SHEET_PX_PER_MM", "sheet_px_per_mm", "estimate_blur_mm",
+           "registration_score"]
 
 #: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
 #: fills half of the frame are then >= 20 px, enough for ArUco (46 of 72 blurred hard-preset
