@@ -15,7 +15,7 @@ Routes, tried in this order:
    marker by a fraction of that distance, a misread id by all of it). Markers still missing
    are *anchored*: the detector's unreadable square candidates (blur, glare and small pages
    destroy the bits long before the square) where the read markers put them (beside three
-   read markers, only when the print lines up no worse with it: a filled box near the
+   read markers, only when the print lines up no worse with it, within 0.03: a filled box near the
    corner is a square of the same size). With fewer than
    three markers the page outline and a registration on the print are added; if the print does
    not line up with the named template at all, the markers are ignored (misread, or lying on
