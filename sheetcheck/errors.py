@@ -94,6 +94,15 @@ class BlurryPhotoError(PhotoError):
     exit_code = 36
 
 
+class SheetTooSmallError(NoSheetFoundError):
+    """The sheet (or something very like it) is in the photo, but too small to be read.
+
+    A subclass of :class:`NoSheetFoundError`: code that handles "no sheet" keeps working."""
+
+    code = "sheet_too_small"
+    exit_code = 37
+
+
 # --- game states -----------------------------------------------------------------------------
 
 class StateError(SheetcheckError):

@@ -14,7 +14,9 @@ Routes, tried in this order:
    own size and by half its distance to them is dropped (a curl or a steep view moves a true
    marker by a fraction of that distance, a misread id by all of it). Markers still missing
    are *anchored*: the detector's unreadable square candidates (blur, glare and small pages
-   destroy the bits long before the square) where the read markers put them. With fewer than
+   destroy the bits long before the square) where the read markers put them (beside three
+   read markers, only when the print lines up no more than 0.1 worse with it: a filled box
+   near the corner is a square of the same size). With fewer than
    three markers the page outline and a registration on the print are added; if the print does
    not line up with the named template at all, the markers are ignored (misread, or lying on
    the table) and the next route runs.
@@ -46,7 +48,10 @@ no blurred rendering), the other page outlines are tried and one that passes the
 lines up clearly better is kept (``details["retried"]``): a misplaced marker set or outline
 made a sharp photo "too blurred" or a whole sheet "cut off". See :func:`_retry_refused`.
 ``details`` always carries ``registration`` (how well the print lines up, 0..1) and
-``blur_mm``. See docs/BAD_INPUT.md.
+``blur_mm``. A sheet under ``SMALL_SHEET_PX_PER_MM`` is still read when found and sharp
+enough, but a blur refusal its size explains, or a failure where the best page outline is that
+small and shows the print, raises :class:`SheetTooSmallError` ("move closer"). See
+docs/BAD_INPUT.md.
 
 What depends on the template alone (renderings, ink, blur tiles) is cached per template;
 :func:`prepare` builds it up front for a process that reads many photos.
@@ -65,7 +70,7 @@ import numpy as np
 
 from calibration.template import Template, all_templates, get_template
 from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
-                               UnknownTemplateError)
+                               SheetTooSmallError, UnknownTemplateError)
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
                                  photo_grey, project, reference_render, scale_matrix,
                                  warp_to_frame)
@@ -73,7 +78,8 @@ from vision._geom_threads import start, threads
 
 
 __all__ = ["SheetLocation", "locate_sheet", "prepare", "find_page_quad", "detect_markers",
-           "BLUR_LIMIT_MM", "estimate_blur_mm", "registration_score"]
+           "BLUR_LIMIT_MM", "SMALL_SHEET_PX_PER_MM", "sheet_px_per_mm", "estimate_blur_mm",
+           "registration_score"]
 
 #: Long side (px) of the grey image the marker detector sees: markers of 14 mm on a page that
 #: fills half of the frame are then >= 20 px, enough for ArUco (46 of 72 blurred hard-preset
@@ -89,6 +95,25 @@ REG_DPI = 40.0
 #: which a photo is too blurred to read: regions are 6-10 mm and pencil strokes ~1 mm apart.
 #: Simulated hard-preset photos (defocus 3 px + motion 5 px at 1280 px) measure up to ~1.5 mm.
 BLUR_LIMIT_MM = 2.0
+#: Below this scale (px per mm on the page, :func:`sheet_px_per_mm`) a sheet is too small to
+#: read well: its 6-10 mm boxes are 9-15 px across. Measured (spent corpora fresh800k-1000k,
+#: heldout770-790, 1,259 sheets, scale from the simulator's truth): every region of every
+#: sheet under 1.5 px/mm is flagged, and hard photos there are read 76 % right at 1.25-1.5 and
+#: 72 % under 1.25 (82 % at 1.5-1.75, 92-93 % at 2-2.75, 99 % from 4.5); 24 sharp easy and
+#: typical photos shrunk to 1.5 / 1.2 / 1.0 / 0.8 / 0.65 px/mm are all found and read 99.3 /
+#: 98.3 / 96.6 / 93.2 / 88.8 % right, every region flagged.
+#: A sheet this small is still read when it is found and sharp enough (every reading is
+#: flagged); it is refused as too small, not as blurred or missing, when the blur check refuses
+#: it while its blur in px would pass at this scale (at most 2 mm x 1.5 px/mm = 3 px: the
+#: size is the cause, see :func:`_too_small_when_blurred`), or when no route can register it
+#: but a page outline this small shows its print (:func:`_small_sheet_outline`).
+SMALL_SHEET_PX_PER_MM = 1.5
+#: How well the print must line up in a page outline under ``SMALL_SHEET_PX_PER_MM`` (the page
+#: route's first look and its registration, see :func:`_small_sheet_outline`) for it to count
+#: as a sheet too small to read: the page route's own bar for "a page" (0.15-0.25: a page, no
+#: known sheet). Bare tables and cloths (14 backgrounds x 5 seeds x 2 sizes) reach it with
+#: one of 140 outlines under 1.5 px/mm on the registration alone, with none on both.
+SMALL_SHEET_MIN_PRINT = 0.15
 _NO_SHEET = ("no score sheet found in the photo.",
              "Retake the photo with the whole sheet on a plain surface, flat and well lit.")
 _CUT_OFF_HINT = "Retake the photo with all four corners in view."
@@ -216,6 +241,82 @@ def _check_in_view(t: Template, H: np.ndarray, shape: tuple[int, int], *, method
             hint=_CUT_OFF_HINT)
     corners = project(H, _page_corners(t))
     return {"page_corners_px": corners.round(2).tolist()}
+
+
+def sheet_px_per_mm(H: np.ndarray, t: Template) -> float:
+    """The sheet's mean scale in the photo, px per mm: the square root of the page's area in
+    the photo (its corners through ``H``) over its area on paper."""
+    return _quad_px_per_mm(project(H, _page_corners(t)), t)
+
+
+def _quad_px_per_mm(quad: np.ndarray, t: Template) -> float:
+    a = abs(cv2.contourArea(np.asarray(quad, np.float32)))
+    return float(np.sqrt(a / (t.width_mm * t.height_mm)))
+
+
+def _too_small(quad: np.ndarray, t: Template, why: str) -> SheetTooSmallError:
+    """The error for a sheet of outline ``quad`` (photo px) too small to read; ``why``: what
+    was found there and what failed."""
+    q = np.asarray(quad, float)
+    sides = np.linalg.norm(q - np.roll(q, -1, 0), axis=1)
+    a, b = sorted((0.5 * (sides[0] + sides[2]), 0.5 * (sides[1] + sides[3])))
+    return SheetTooSmallError(
+        f"the sheet is too small in the photo to be read: it spans only about {a:.0f} x {b:.0f} "
+        f"px ({_quad_px_per_mm(q, t):.1f} px per mm; its 6-10 mm boxes need at least "
+        f"{SMALL_SHEET_PX_PER_MM:.1f}), {why}.",
+        hint="Move closer: the sheet should fill most of the photo.")
+
+
+def _too_small_when_blurred(err: BlurryPhotoError) -> SheetTooSmallError | None:
+    """A blur refusal of a sheet under ``SMALL_SHEET_PX_PER_MM`` whose blur in the photo's px
+    would pass at that scale (at most ``BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM`` = 3 px) is a
+    refusal for its size: the camera's ordinary softness in px smears a small sheet's print
+    over more mm, and moving closer cures it. That error, or None for a blur refusal that
+    stands (see :func:`_checks`)."""
+    small = getattr(err, "small_sheet", None)
+    if small is None:
+        return None
+    quad, t, blur_mm = small
+    return _too_small(quad, t, f"so its print is smeared over about {blur_mm:.1f} mm")
+
+
+def _small_sheet_outline(image: np.ndarray, grey: np.ndarray, cands) -> SheetTooSmallError | None:
+    """After every route failed: is a page there, too small to be read?
+
+    The page outlines of the page route's searches (whiteness, straight edges, outline runs)
+    are ranked by the page route's first look at the print in them
+    (:func:`_coarse_quad_score`, with and without markers). When the best one is smaller than
+    ``SMALL_SHEET_PX_PER_MM`` and both that first look and the page route's registration in
+    it reach ``SMALL_SHEET_MIN_PRINT`` (the route's own bar for "a page", below its bar for a
+    known sheet), the sheet is there but too small to register (its print a few px wide):
+    that error, else None. Only the best-ranked outline counts, so that a piece of a large
+    page the routes lost does not make the photo's sheet "too small". ~0.3 s (up to ~1 s on
+    a busy cloth), paid by failing photos only."""
+    if image.ndim != 3:
+        return None
+    quads = []
+    q = find_page_quad(image)
+    if q is not None:
+        quads.append(q)
+    quads += _page_quads_from_lines(image)[:3]
+    quads += _page_quads_from_outline(image)[:4]
+    if not quads:
+        return None
+    # (a sheet printed with or without markers)
+    looks = [(max(_coarse_quad_score(grey, q, cands, markers=mk) for mk in (True, False)), i)
+             for i, q in enumerate(quads)]
+    coarse, i = max(looks)
+    t = cands[0]  # (the scale needs only the page's size; every house sheet is A4)
+    if coarse < SMALL_SHEET_MIN_PRINT or _quad_px_per_mm(quads[i], t) >= SMALL_SHEET_PX_PER_MM:
+        return None
+    try:
+        _locate_by_quad(grey, cands, markers_printed=None, image=image, quad=quads[i])
+    except NoSheetFoundError as e:
+        if getattr(e, "correlation", 0.0) < SMALL_SHEET_MIN_PRINT:
+            return None
+    except SheetCutOffError:
+        return None
+    return _too_small(quads[i], t, "and its print cannot be lined up with any sheet's at this size")
 
 
 # --------------------------------------------------------------------------------------------
@@ -796,6 +897,15 @@ def _page_quad_from_marker_centres(t: Template, centres: np.ndarray, shift: int,
     return _order_quad(project(H, _page_corners(t)))
 
 
+#: A square anchored as the fourth marker beside three read ones is refused when the print
+#: lines up this much worse with it than without it (registration score; the same 0.1 as
+#: ``RETRY_MIN_GAIN``, the gap between a wrong location and a right one). True fourth markers
+#: that a bend, a fold or the lens moved off the other three's homography line up 0.05-0.065
+#: worse (4 hard dev photos, and the 18 mm bend of test_vision_rectify): kept; the filled box
+#: anchored 57 px from varied80000 crypts-3-hard-m-s80014's marker 8 lines up 0.27 worse.
+ANCHOR_MAX_LOSS = 0.1
+
+
 def _locate_by_markers(grey, found, cands, template_id, image, squares=None):
     """Template and homography from detected markers, or None if no candidate's markers.
     ``squares``: :func:`_square_candidates`, to complete fewer than four markers."""
@@ -865,6 +975,20 @@ def _locate_by_markers(grey, found, cands, template_id, image, squares=None):
             found.update(anch)
             mids2, dropped2 = _consistent_markers(t, found, sorted(mids + list(anch)))
             H2 = _marker_h(t, found, mids2) if len(mids2) > len(mids) else None
+            if H2 is not None and len(mids) >= 3:
+                # Three read markers already pin the sheet down; a fourth square of the right
+                # size within reach may be another dark square (a filled box near the corner:
+                # varied80000 crypts-3-hard-m-s80014, anchored 57 px off, the print then lined
+                # up at 0.38 and the regions were 7 mm off). Four points always fit a
+                # homography, so only the print can tell: the square is kept unless the print
+                # lines up worse with it.
+                s3 = registration_score(grey, H, t, markers=True)
+                s4 = registration_score(grey, H2, t, markers=True)
+                if s4 < s3 - ANCHOR_MAX_LOSS:
+                    details["markers_anchor_refused"] = {"ids": sorted(set(mids2) - set(mids)),
+                                                         "registration": round(s4, 4),
+                                                         "without": round(s3, 4)}
+                    H2 = None
             if H2 is not None:
                 details["markers_anchored"] = sorted(set(mids2) - set(mids))
                 mids, H, method = mids2, H2, "markers"
@@ -1414,14 +1538,17 @@ def _locate_by_quad(image_grey, cands, *, markers_printed: bool | None, border_o
         # most likely cut off (a well-registered page is checked precisely afterwards)
         raise SheetCutOffError("the sheet is cut off by the edge of the photo (the page outline "
                                "touches the frame).", hint=_CUT_OFF_HINT)
-    if best["score"] < 0.15:
-        # nothing in the photo looks like any sheet's print
-        raise NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
     if best["score"] < MIN_REGISTRATION:
-        raise NoSheetFoundError(
-            f"found a page, but it does not match any known sheet (best: {best['template'].id}, "  # noqa: E501
-            f"correlation {best['score']:.2f}).",
-            hint="Photograph a sheetcheck score sheet, whole and flat; or name it with --template.")
+        if best["score"] < 0.15:
+            # nothing in the photo looks like any sheet's print
+            err = NoSheetFoundError(_NO_SHEET[0], hint=_NO_SHEET[1])
+        else:
+            err = NoSheetFoundError(
+                f"found a page, but it does not match any known sheet (best: {best['template'].id}, "  # noqa: E501
+                f"correlation {best['score']:.2f}).",
+                hint="Photograph a sheetcheck score sheet, whole and flat; or name it with --template.")
+        err.correlation = best["score"]  # (how sheet-like the page is: _small_sheet_outline)
+        raise err
     method = "features" if best["inliers"] >= 12 else "page"
     quality = float(np.clip((best["score"] - 0.25) / 0.5, 0, 1)) * float(np.clip(margin / 0.08, 0.3, 1))
     details = {"page_quad_px": quad.round(2).tolist(), "candidates": cand_list,
@@ -1709,16 +1836,18 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
     return t, H, method, quality, details
 
 
-def _coarse_quad_score(image_grey: np.ndarray, quad: np.ndarray, cands) -> float:
+def _coarse_quad_score(image_grey: np.ndarray, quad: np.ndarray, cands, *,
+                       markers: bool = True) -> float:
     """The page route's first look at a page outline: the best correlation, over the candidate
     templates and the four orientations, of the photo's blurred ink warped by ``quad`` with
-    the template's (markers printed). A few ms; ranks outlines before the full registration."""
+    the template's (with the markers printed or not). A few ms; ranks outlines before the
+    full registration."""
     k = REG_DPI / MM_PER_INCH
     best = -1.0
     warped: dict = {}
     for t in cands:
         size = frame_size(t, REG_DPI)
-        ref = _ref_ink(t, REG_DPI, True, "b2")
+        ref = _ref_ink(t, REG_DPI, markers, "b2")
         for rot in range(4):
             key = (t.width_mm, t.height_mm, rot)
             if key not in warped:
@@ -1897,11 +2026,20 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
         blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
         out["blur_mm"] = round(blur_mm, 3)
         if blur_mm > BLUR_LIMIT_MM:
-            raise BlurryPhotoError(
+            err = BlurryPhotoError(
                 f"the photo is too blurred to read the sheet (the print is smeared over about "
                 f"{blur_mm:.1f} mm; at most {BLUR_LIMIT_MM:.1f} mm can be read).",
                 hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
                      "retake the photo in good light.")
+            scale = sheet_px_per_mm(H, t)
+            if scale < SMALL_SHEET_PX_PER_MM and \
+                    blur_mm * scale <= BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM:
+                # The blur in the photo's px would pass on a sheet of SMALL_SHEET_PX_PER_MM:
+                # it is the sheet's size that smears its print over mm, and moving closer
+                # cures it (a blur of more px is the photo's own). The retry still sees a blur
+                # refusal; locate_sheet reports it as too small.
+                err.small_sheet = (project(H, _page_corners(t)), t, blur_mm)
+            raise err
     return out
 
 
@@ -2039,7 +2177,46 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     Raises
     ------
     NoSheetFoundError, SheetCutOffError, BlurryPhotoError, UnknownTemplateError
+        and :class:`SheetTooSmallError` (a NoSheetFoundError): a sheet under
+        ``SMALL_SHEET_PX_PER_MM`` that the blur check refused (its size is the cause), or no
+        route registered but a page outline that small shows its print
+        (:func:`_small_sheet_outline`).
     """
+    try:
+        res = _locate_sheet(image, template_id=template_id, templates=templates,
+                            check_blur=check_blur, defer_checks=defer_checks)
+    except BlurryPhotoError as e:
+        small = _too_small_when_blurred(e)
+        if small is None:
+            raise
+        raise small from e
+    except NoSheetFoundError as e:
+        if type(e) is not NoSheetFoundError:
+            raise
+        a = _check_image(image)
+        small = _small_sheet_outline(a, photo_grey(a, remember=True),
+                                     _candidates(template_id, templates))
+        if small is None:
+            raise
+        raise small from e
+    if not defer_checks:
+        return res
+    location, checks = res
+
+    def checked() -> SheetLocation:
+        try:
+            return checks()
+        except BlurryPhotoError as e:
+            small = _too_small_when_blurred(e)
+            if small is None:
+                raise
+            raise small from e
+    return location, checked
+
+
+def _locate_sheet(image: np.ndarray, *, template_id: str | None, templates, check_blur: bool,
+                  defer_checks: bool):
+    """:func:`locate_sheet` but for the sheet too small to read."""
     a = _check_image(image)
     cands = _candidates(template_id, templates)
     grey = photo_grey(a, remember=True)  # rectify measures on the same grey
@@ -2093,12 +2270,15 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     if res is not None:
         t, H, method, mids, quality, d = res
         markers_printed = True
-        if len(mids) < 3 or relaxed_only or d.get("markers_anchored"):
+        if len(mids) < 3 or relaxed_only or d.get("markers_anchored") or \
+                d.get("markers_anchor_refused"):
             # Two markers, or one plus the page outline, leave the far side of the sheet to
             # extrapolation. Register on the print as well and keep whichever lines up better.
             # So with anchored markers too: those photos are the blurred, steep, curled ones,
             # where a homography fitted to the print's middle can suit the local refinement
-            # better than one fitted to the corners (hard dev photos: p95 8.9 -> 3.7 px).
+            # better than one fitted to the corners (hard dev photos: p95 8.9 -> 3.7 px). And
+            # when a fourth square was refused (it is a decoy, or the true marker on an edge a
+            # bend lifted): the print decides there as well.
             score_m = registration_score(grey, H, t, markers=True)
             d["registration_markers"] = round(score_m, 4)
             try:
