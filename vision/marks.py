@@ -1308,12 +1308,18 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     H, W = model.shape
     if hasattr(linear, "sample"):  # a NormalisedLight: sample only the pixels needed
         shape = linear.image.shape
-        sample = linear.sample
+
+        def sample(idx, keep=None):
+            # (the model's pixel lists: their interpolation taps are computed once per list,
+            # vision.light.pixel_taps; each photo only gathers and blends)
+            return linear.sample(linear.taps(idx, keep=keep))
     else:
         linear = np.asarray(linear, np.float32)
         shape = linear.shape
         flat = linear.reshape(-1, 3)
-        sample = flat.__getitem__
+
+        def sample(idx, keep=None):
+            return flat[idx if keep is None else idx[keep]]
     if tuple(shape) != (H, W, 3):
         raise ValueError(f"image shape {tuple(shape)} does not match the sheet model {(H, W, 3)}")
     prior = palette or load_palette("default")
@@ -1324,9 +1330,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     def paper_and_halo():
         # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
         pidx = model.paper_sample
-        if valid is not None:
-            pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
-        th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
+        keep = None if valid is None else np.asarray(valid, bool).reshape(-1)[pidx]
+        th = _photo_thresholds(linear_to_lab(sample(pidx, keep)), prior)
         halo = (_measure_halo(linear_to_lab(sample(model.halo_pix)), model, th, valid)
                 if has_halo else None)
         return th, halo
