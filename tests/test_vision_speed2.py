@@ -3,6 +3,8 @@ against the plain computation it replaces."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -114,3 +116,72 @@ def test_taps_of_another_frame_or_a_bad_mask_are_refused():
     taps = light.taps(np.arange(100))
     with pytest.raises(ValueError, match="keep mask of shape"):
         taps.select(np.ones(99, bool))
+
+
+def _features(rows: list[dict]):
+    """A ``_Features`` of Python lists (as classify_sheet hands them to ``_decide``)."""
+    from dataclasses import fields
+
+    from vision.marks import _Features
+
+    names = [fl.name for fl in fields(_Features) if fl.name not in
+             ("halo_diag", "halo_off", "halo_dark_diag", "lines")]
+    base = dict(n=400.0, coloured=0.0, dark=0.0, cover=0.0, line_cover=0.0, hue=0.0,
+                purity=0.0, chroma=0.0, x_score=0.0, band_cov=0.0, off_cov=0.0, x_ok=True,
+                faint_cover=0.0, faint_line=0.0, diag_min=0.0, diag_max=0.0, coherence=0.0,
+                dlen_min=0.0, dlen_max=0.0, faint_dlen_max=0.0, bare_core=0.0, faint_tint=0.0,
+                faint_hue_r=0.0, ink_drop=0.0)
+    return _Features(**{k: [float(r.get(k, base[k])) if k != "x_ok" else bool(r.get(k, True))
+                            for r in rows] for k in names})
+
+
+def test_the_hand_reader_gives_its_features_and_hue_distances_as_before():
+    # _decide builds the features as two literal dicts and the hue distances in one loop:
+    # the same keys in the same order, the same types and the same values as the former
+    # comprehensions and unpacked dicts
+    from calibration.template import get_template
+    from vision.colour import load_palette
+    from vision.marks import REVIEW_THRESHOLD, _decide
+
+    pal = load_palette("default")
+    hues = {c.name: (c.hue_deg, c.hue_spread_deg) for c in pal.colours}
+    t = get_template("reefs-1")
+    area = next(r for r in t.regions if r.kind == "treasure")
+    line = next(r for r in t.regions if r.kind == "connection")
+    red = hues["red"][0]
+    f = _features([
+        dict(cover=0.8, coloured=0.75, hue=red + 3.0, purity=0.95, chroma=30.0, off_cov=0.7,
+             diag_min=0.8, diag_max=0.85, coherence=0.2, dlen_min=0.9, dlen_max=0.95,
+             faint_cover=0.85, bare_core=0.01, faint_tint=0.3, faint_hue_r=0.9, x_score=0.1,
+             band_cov=0.8),
+        dict(cover=0.5, line_cover=0.9, faint_line=0.95, coloured=0.45, hue=red - 5.0,
+             purity=0.9, chroma=25.0, coherence=0.8)])
+    opts = dict(review_threshold=REVIEW_THRESHOLD, empty_cover=0.06, cover_scale=0.012,
+                x_threshold=0.45, x_scale=0.07, min_pixels=10, written_cover=0.025,
+                line_cover=0.3, line_scale=0.05, prior=pal, chroma_noise=1.5, hues=hues)
+    for i, (r, is_line) in enumerate([(area, False), (line, True)]):
+        rd, it = _decide(r, i, f, pal, is_line=is_line, **opts)
+        assert rd.mark == "red", (rd.mark, rd.alternatives)
+        old = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]),
+               **({"length_coverage": float(f.line_cover[i])} if is_line else {}),
+               "coloured": float(f.coloured[i]),
+               "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
+               "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
+               "faint_coverage": float(f.faint_line[i] if is_line else f.faint_cover[i]),
+               **({} if is_line else {"x_score": float(f.x_score[i]),
+                                      "x_band": float(f.band_cov[i]),
+                                      "x_length": float(f.dlen_min[i]),
+                                      "slash_length": float(f.dlen_max[i]),
+                                      "sector_coverage": float(f.off_cov[i]),
+                                      "bare_core": float(f.bare_core[i]),
+                                      "faint_tint": float(f.faint_tint[i]),
+                                      "faint_hue_agreement": float(f.faint_hue_r[i])})}
+        assert list(rd.features.items()) == list(old.items())
+        assert [type(v) for v in rd.features.values()] == [type(v) for v in old.values()]
+        colours = [m for m in r.marks if m in hues]
+        noise = it["hue_noise"]
+        want = {c: abs((f.hue[i] - hues[c][0] + 180.0) % 360.0 - 180.0)
+                / math.hypot(hues[c][1], noise) for c in colours}
+        assert list(it["hue_z"].items()) == list(want.items())
+        assert it["raw"]["red"] > 0.5 and it["raw"]["empty"] < 0.01
+
