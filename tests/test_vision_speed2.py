@@ -185,3 +185,31 @@ def test_the_hand_reader_gives_its_features_and_hue_distances_as_before():
         assert list(it["hue_z"].items()) == list(want.items())
         assert it["raw"]["red"] > 0.5 and it["raw"]["empty"] < 0.01
 
+
+def test_the_models_paper_counts_are_its_block_sums_and_used_only_for_a_whole_frame():
+    from vision.light import _block_sums, _paper_counts
+
+    rng = np.random.default_rng(9)
+    img = _photo()
+    h, w = img.shape[:2]
+    pm = rng.random((h, w)) < 0.7
+    counts = _paper_counts(pm, 12)
+    assert np.array_equal(counts, _block_sums(pm[:156, :192].view(np.uint8), 12))
+    assert _paper_counts(pm, 12) is counts and not counts.flags.writeable
+    other = pm.copy()
+    other[:24] = False  # another mask array: its own counts
+    assert not np.array_equal(_paper_counts(other, 12), counts)
+    # every pixel valid: the model's cached counts; the same light as a fresh mask's
+    a = normalise_light(img, paper_mask=pm, valid=np.ones((h, w), bool))
+    b = normalise_light(img, paper_mask=pm.copy())
+    same = ("paper_coverage", "white_balance", "shading_range", "block")
+    assert np.array_equal(a.illumination, b.illumination)
+    assert [getattr(a, k) for k in same] == [getattr(b, k) for k in same]
+    # a cut-off frame counts only its valid paper
+    valid = np.ones((h, w), bool)
+    valid[:, :40] = False
+    c = normalise_light(img, paper_mask=pm, valid=valid)
+    d = normalise_light(img, paper_mask=pm & valid)
+    assert np.array_equal(c.illumination, d.illumination)
+    assert [getattr(c, k) for k in same] == [getattr(d, k) for k in same]
+    assert c.paper_coverage < a.paper_coverage

@@ -12,6 +12,7 @@ their reflectance (what a pencil *is*, independent of the lamp).
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -248,6 +249,29 @@ def _block_sums(a: np.ndarray, block: int) -> np.ndarray:
     return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
 
 
+_counts_lock = threading.Lock()
+_counts: dict[tuple, tuple] = {}
+
+
+def _paper_counts(paper_mask: np.ndarray, block: int) -> np.ndarray:
+    """``_block_sums`` of a sheet model's paper mask (its paper pixels per block), computed
+    once per mask array and block (cached by identity while the array lives: a weak
+    reference, so the cache keeps no mask alive; read-only, ~30 KB each)."""
+    key = (id(paper_mask), paper_mask.shape, int(block))
+    with _counts_lock:
+        hit = _counts.get(key)
+    if hit is not None and hit[0]() is paper_mask:
+        return hit[1]
+    hb, wb = paper_mask.shape[0] // block, paper_mask.shape[1] // block
+    cnt = _block_sums(paper_mask[:hb * block, :wb * block].view(np.uint8), block)
+    cnt.setflags(write=False)
+    with _counts_lock:
+        for k in [k for k, v in _counts.items() if v[0]() is None]:
+            del _counts[k]  # (masks gone: their sheet models were dropped)
+        _counts[key] = (weakref.ref(paper_mask), cnt)
+    return cnt
+
+
 def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
     v = np.clip(v / 255.0, 0, 1)
     return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4).astype(np.float32)
@@ -290,11 +314,13 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     paper_mask = np.asarray(paper_mask, bool)
     if paper_mask.shape != (H, W):
         raise ValueError(f"paper_mask shape {paper_mask.shape} does not match image {(H, W)}")
+    model_mask = paper_mask  # (the sheet model's, the same on every photo)
     if valid is not None:
         valid = np.asarray(valid, bool)
         if valid.shape != (H, W):
             raise ValueError(f"valid shape {valid.shape} does not match image {(H, W)}")
-        paper_mask = paper_mask & valid
+        if not valid.all():  # (usually every pixel came from inside the photo)
+            paper_mask = paper_mask & valid
     block = int(max(1, min(max(2, block), H, W)))  # at least one whole block
     hb, wb = H // block, W // block
     hc, wc = hb * block, wb * block
@@ -303,7 +329,9 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
     area = float(block * block)
     # Pass 1: mean grey of the paper pixels of each block (exact integer sums).
-    cnt = _block_sums(m, block)
+    # (the paper pixels of each block depend on the model alone when the whole frame is valid)
+    cnt = (_paper_counts(model_mask, block) if paper_mask is model_mask
+           else _block_sums(m, block))
     s1 = _block_sums(cv2.bitwise_and(grey, grey, mask=m), block) / np.maximum(cnt, 1)
     # Pass 2: pixels well below the block's first estimate are pencil or ink, not paper.
     # ``grey >= t`` for an integer grey level is ``grey >= ceil(t)``: one uint8 comparison
