@@ -11,6 +11,8 @@ their reflectance (what a pencil *is*, independent of the lamp).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -18,6 +20,120 @@ import cv2
 import numpy as np
 
 from vision.colour import SRGB_TO_LINEAR, linear_to_srgb
+
+
+@dataclass(frozen=True, eq=False)
+class PixelTaps:
+    """Where the per-pixel illumination of some pixels reads the block grid.
+
+    The illumination at a pixel is the block grid upsampled bilinearly as ``cv2.resize`` does
+    it (:class:`NormalisedLight`): along x into rows of ``hb * wb * block`` values, then
+    between two of those rows with a vertical weight. Which two values and with what weights
+    depends only on the frame's size, the block side and the pixels, not on the photo: the
+    reader samples the same pixel lists (its sheet model's) on every photo, so they are
+    computed once per list (:func:`pixel_taps`) and each photo only gathers and blends.
+
+    Attributes
+    ----------
+    index : (N,) intp ndarray
+        Flat pixel indices (row-major in an ``shape`` frame).
+    tap0, tap1 : (N,) intp ndarray
+        Offsets into the x-upsampled rows (``NormalisedLight._upsampling``) of the pixel's
+        upper and lower taps.
+    w0, w1 : (N, 3) float32 ndarray
+        Their weights (``w0 = 1 - w1``, in float32 as the blend has always computed it),
+        repeated over the three channels: a multiply with a broadcast ``(N, 1)`` weight takes
+        twice as long as with a whole ``(N, 3)`` one, and the blend is the sampling's largest
+        step.
+    shape : tuple of int
+        Frame ``(H, W)`` in px.
+    block : int
+        Block side in px.
+    """
+
+    index: np.ndarray
+    tap0: np.ndarray
+    tap1: np.ndarray
+    w0: np.ndarray
+    w1: np.ndarray
+    shape: tuple[int, int]
+    block: int
+
+    @classmethod
+    def of(cls, flat_index: np.ndarray, shape: tuple[int, int], block: int) -> "PixelTaps":
+        """The taps of ``flat_index`` in an ``shape`` = ``(H, W)`` frame whose illumination
+        grid has ``block`` px blocks (``(H // block, W // block)`` of them)."""
+        H, W = (int(v) for v in shape)
+        b = int(block)
+        hb, wb = H // b, W // b
+        idx = np.asarray(flat_index, np.intp).reshape(-1)
+        # cv2.resize's vertical weights (float32, edges clamped), as it computes them
+        fy = ((np.arange(hb * b) + 0.5) * (1.0 / b) - 0.5).astype(np.float32)
+        sy = np.floor(fy).astype(np.intp)
+        fy = fy - sy.astype(np.float32)
+        lo, hi = sy < 0, sy >= hb - 1
+        fy[lo | hi] = 0
+        sy = np.clip(sy, 0, hb - 1)
+        sy1 = np.minimum(sy + 1, hb - 1)
+        # pixels past the last whole block repeat its edge (copyMakeBorder REPLICATE)
+        ri = np.minimum(np.arange(H), hb * b - 1)
+        ci = np.minimum(np.arange(W), wb * b - 1)
+        i, j = np.divmod(idx, W)
+        j = ci.take(j)
+        i = ri.take(i)
+        w1 = fy.take(i)[:, None]
+        full = (idx.size, 3)
+        return cls(idx, sy.take(i) * (wb * b) + j, sy1.take(i) * (wb * b) + j,
+                   np.ascontiguousarray(np.broadcast_to(np.float32(1) - w1, full)),
+                   np.ascontiguousarray(np.broadcast_to(w1, full)), (H, W), b)
+
+    def select(self, keep: np.ndarray) -> "PixelTaps":
+        """The taps of ``index[keep]`` (a boolean mask or positions)."""
+        keep = np.asarray(keep)
+        if keep.dtype == bool:
+            if keep.shape != self.index.shape:
+                raise ValueError(f"keep mask of shape {keep.shape} does not match "
+                                 f"{self.index.size} pixels")
+            if keep.all():  # (the usual case: every pixel inside the photo)
+                return self
+            keep = np.flatnonzero(keep)  # take() by position: half the time of a mask
+        return PixelTaps(self.index.take(keep), self.tap0.take(keep), self.tap1.take(keep),
+                         self.w0.take(keep, axis=0), self.w1.take(keep, axis=0), self.shape,
+                         self.block)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the taps' own arrays (bytes)."""
+        return self.tap0.nbytes + self.tap1.nbytes + self.w0.nbytes + self.w1.nbytes
+
+
+# The taps kept: a sheet model samples three pixel lists (regions, halo, paper), 6.5 MB of
+# taps for the largest of the six sheets at the read's 100 dpi (32 MB for all six); the
+# oldest lists are dropped beyond this (a server reading at many resolutions).
+_TAPS_MAX_BYTES = 64 << 20
+_taps_lock = threading.Lock()
+_taps: dict[tuple, tuple[np.ndarray, PixelTaps]] = {}
+
+
+def pixel_taps(flat_index: np.ndarray, shape: tuple[int, int], block: int) -> PixelTaps:
+    """:meth:`PixelTaps.of`, cached per pixel-list array (by identity) for pixel lists that
+    are sampled on every photo and never changed (a sheet model's ``pix``, ``halo_pix``,
+    ``paper_sample``). The cache holds each array it was asked about (so an identity cannot
+    be reused while its entry lives) and 40 bytes a pixel of taps, up to ``_TAPS_MAX_BYTES``
+    in all, oldest dropped first."""
+    if not isinstance(flat_index, np.ndarray):
+        return PixelTaps.of(flat_index, shape, block)
+    key = (id(flat_index), tuple(int(v) for v in shape), int(block))
+    with _taps_lock:
+        hit = _taps.get(key)
+    if hit is not None and hit[0] is flat_index:
+        return hit[1]
+    t = PixelTaps.of(flat_index, shape, block)
+    with _taps_lock:
+        _taps[key] = (flat_index, t)
+        while len(_taps) > 1 and sum(v[1].nbytes for v in _taps.values()) > _TAPS_MAX_BYTES:
+            _taps.pop(next(iter(_taps)))
+    return t
 
 
 @dataclass(frozen=True)
@@ -57,27 +173,20 @@ class NormalisedLight:
     block: int = 12
 
     @cached_property
-    def _upsampling(self):
-        """Row and column interpolation tables of the block grid (see :meth:`sample`)."""
-        H, W = self.image.shape[:2]
+    def _upsampling(self) -> np.ndarray:
+        """The block grid upsampled along x only, ``(hb * wb * block, 3)`` float32: the rows
+        :class:`PixelTaps` read (see :meth:`sample`)."""
         hb, wb = self.illumination.shape[:2]
-        b = self.block
         # cv2.resize by exactly ``b`` along x only: its vertical pass is then the identity
         # (weights 1 and 0), so these rows are the full resize's horizontal pass.
-        rows = cv2.resize(self.illumination, (wb * b, hb), interpolation=cv2.INTER_LINEAR)
-        # ... and its vertical weights, as cv2.resize computes them (float32, edges clamped)
-        fy = ((np.arange(hb * b) + 0.5) * (1.0 / b) - 0.5).astype(np.float32)
-        sy = np.floor(fy).astype(np.int64)
-        fy = fy - sy.astype(np.float32)
-        lo, hi = sy < 0, sy >= hb - 1
-        fy[lo | hi] = 0
-        sy = np.clip(sy, 0, hb - 1)
-        sy1 = np.minimum(sy + 1, hb - 1)
-        # pixels past the last whole block repeat its edge (copyMakeBorder REPLICATE)
-        ri = np.minimum(np.arange(H), hb * b - 1)
-        ci = np.minimum(np.arange(W), wb * b - 1)
-        # flat offsets into ``rows`` (hb * wb * b, 3): row start of each pixel row's two taps
-        return (rows.reshape(-1, 3), sy[ri] * (wb * b), sy1[ri] * (wb * b), fy[ri], ci)
+        rows = cv2.resize(self.illumination, (wb * self.block, hb), interpolation=cv2.INTER_LINEAR)
+        return rows.reshape(-1, 3)
+
+    def taps(self, flat_index: np.ndarray, *, keep: np.ndarray | None = None) -> "PixelTaps":
+        """:func:`pixel_taps` of ``flat_index`` in this photo's frame (cached per pixel list:
+        see there), restricted to ``flat_index[keep]`` when ``keep`` is given."""
+        t = pixel_taps(flat_index, self.image.shape[:2], self.block)
+        return t if keep is None else t.select(keep)
 
     @cached_property
     def illumination_full(self) -> np.ndarray:
@@ -91,17 +200,22 @@ class NormalisedLight:
             full = cv2.copyMakeBorder(full, 0, H - hb * b, 0, W - wb * b, cv2.BORDER_REPLICATE)
         return np.maximum(full, 1e-3)
 
-    def illumination_at(self, flat_index: np.ndarray) -> np.ndarray:
-        """``illumination_full`` at flat pixel indices, ``(N, 3)`` float32, without building it."""
+    def illumination_at(self, flat_index) -> np.ndarray:
+        """``illumination_full`` at flat pixel indices (or at a :class:`PixelTaps`' pixels),
+        ``(N, 3)`` float32, without building it."""
+        if not isinstance(flat_index, PixelTaps):
+            flat_index = PixelTaps.of(flat_index, self.image.shape[:2], self.block)
+        t = flat_index
+        if t.shape != self.image.shape[:2] or t.block != self.block:
+            raise ValueError(f"taps for a {t.shape} frame with {t.block} px blocks do not fit "
+                             f"this photo's {self.image.shape[:2]} frame and {self.block} px "
+                             "blocks: make them with NormalisedLight.taps")
         if "illumination_full" in self.__dict__:
-            return self.illumination_full.reshape(-1, 3)[flat_index]
-        rows, r0, r1, fy, ci = self._upsampling
-        i, j = np.divmod(np.asarray(flat_index, np.int64), self.image.shape[1])
-        j = ci.take(j)
-        w1 = fy.take(i)[:, None]
-        out = rows.take(r0.take(i) + j, axis=0)
-        out *= np.float32(1) - w1
-        out += rows.take(r1.take(i) + j, axis=0) * w1
+            return self.illumination_full.reshape(-1, 3)[t.index]
+        rows = self._upsampling
+        out = rows.take(t.tap0, axis=0)
+        out *= t.w0
+        out += rows.take(t.tap1, axis=0) * t.w1
         return np.maximum(out, np.float32(1e-3), out=out)
 
     @cached_property
@@ -109,13 +223,18 @@ class NormalisedLight:
         """(H, W, 3) float32 linear RGB divided by the paper's illumination (paper = 1)."""
         return SRGB_TO_LINEAR[self.image] / self.illumination_full
 
-    def sample(self, flat_index: np.ndarray) -> np.ndarray:
-        """Normalised linear RGB at flat pixel indices, ``(N, 3)`` float32 (no full-size
-        division: the reader only needs the pixels of its regions and of some paper)."""
-        idx = np.asarray(flat_index)
+    def sample(self, flat_index) -> np.ndarray:
+        """Normalised linear RGB at flat pixel indices (or at a :class:`PixelTaps`' pixels),
+        ``(N, 3)`` float32 (no full-size division: the reader only needs the pixels of its
+        regions and of some paper). Taps from :meth:`taps` are the fast way for pixel lists
+        sampled on every photo: the same values, without the per-pixel index arithmetic."""
+        if not isinstance(flat_index, PixelTaps):
+            flat_index = PixelTaps.of(flat_index, self.image.shape[:2], self.block)
         # take() rather than fancy indexing: the same values, a third of the time
-        srgb = self.image.reshape(-1, 3).take(idx, axis=0)
-        return SRGB_TO_LINEAR.take(srgb) / self.illumination_at(idx)
+        srgb = self.image.reshape(-1, 3).take(flat_index.index, axis=0)
+        # cv2.LUT is the same table lookup as SRGB_TO_LINEAR.take(srgb), a third of the time
+        lin = cv2.LUT(srgb, SRGB_TO_LINEAR) if srgb.size else SRGB_TO_LINEAR.take(srgb)
+        return lin / self.illumination_at(flat_index)
 
     def to_srgb(self) -> np.ndarray:
         """The normalised photo as uint8 sRGB (for debug pictures)."""
@@ -128,6 +247,29 @@ def _block_sums(a: np.ndarray, block: int) -> np.ndarray:
     image instead of a float copy of the picture: the same sums, a third of the time."""
     S = cv2.integral(a, sdepth=cv2.CV_32S)[::block, ::block]
     return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
+
+
+_counts_lock = threading.Lock()
+_counts: dict[tuple, tuple] = {}
+
+
+def _paper_counts(paper_mask: np.ndarray, block: int) -> np.ndarray:
+    """``_block_sums`` of a sheet model's paper mask (its paper pixels per block), computed
+    once per mask array and block (cached by identity while the array lives: a weak
+    reference, so the cache keeps no mask alive; read-only, ~30 KB each)."""
+    key = (id(paper_mask), paper_mask.shape, int(block))
+    with _counts_lock:
+        hit = _counts.get(key)
+    if hit is not None and hit[0]() is paper_mask:
+        return hit[1]
+    hb, wb = paper_mask.shape[0] // block, paper_mask.shape[1] // block
+    cnt = _block_sums(paper_mask[:hb * block, :wb * block].view(np.uint8), block)
+    cnt.setflags(write=False)
+    with _counts_lock:
+        for k in [k for k, v in _counts.items() if v[0]() is None]:
+            del _counts[k]  # (masks gone: their sheet models were dropped)
+        _counts[key] = (weakref.ref(paper_mask), cnt)
+    return cnt
 
 
 def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
@@ -172,11 +314,13 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     paper_mask = np.asarray(paper_mask, bool)
     if paper_mask.shape != (H, W):
         raise ValueError(f"paper_mask shape {paper_mask.shape} does not match image {(H, W)}")
+    model_mask = paper_mask  # (the sheet model's, the same on every photo)
     if valid is not None:
         valid = np.asarray(valid, bool)
         if valid.shape != (H, W):
             raise ValueError(f"valid shape {valid.shape} does not match image {(H, W)}")
-        paper_mask = paper_mask & valid
+        if not valid.all():  # (usually every pixel came from inside the photo)
+            paper_mask = paper_mask & valid
     block = int(max(1, min(max(2, block), H, W)))  # at least one whole block
     hb, wb = H // block, W // block
     hc, wc = hb * block, wb * block
@@ -185,7 +329,9 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
     area = float(block * block)
     # Pass 1: mean grey of the paper pixels of each block (exact integer sums).
-    cnt = _block_sums(m, block)
+    # (the paper pixels of each block depend on the model alone when the whole frame is valid)
+    cnt = (_paper_counts(model_mask, block) if paper_mask is model_mask
+           else _block_sums(m, block))
     s1 = _block_sums(cv2.bitwise_and(grey, grey, mask=m), block) / np.maximum(cnt, 1)
     # Pass 2: pixels well below the block's first estimate are pencil or ink, not paper.
     # ``grey >= t`` for an integer grey level is ``grey >= ceil(t)``: one uint8 comparison
@@ -232,4 +378,4 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
                            tuple(float(v) for v in wbal), rng, block)
 
 
-__all__ = ["NormalisedLight", "normalise_light"]
+__all__ = ["NormalisedLight", "PixelTaps", "normalise_light", "pixel_taps"]

@@ -1308,12 +1308,18 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     H, W = model.shape
     if hasattr(linear, "sample"):  # a NormalisedLight: sample only the pixels needed
         shape = linear.image.shape
-        sample = linear.sample
+
+        def sample(idx, keep=None):
+            # (the model's pixel lists: their interpolation taps are computed once per list,
+            # vision.light.pixel_taps; each photo only gathers and blends)
+            return linear.sample(linear.taps(idx, keep=keep))
     else:
         linear = np.asarray(linear, np.float32)
         shape = linear.shape
         flat = linear.reshape(-1, 3)
-        sample = flat.__getitem__
+
+        def sample(idx, keep=None):
+            return flat[idx if keep is None else idx[keep]]
     if tuple(shape) != (H, W, 3):
         raise ValueError(f"image shape {tuple(shape)} does not match the sheet model {(H, W, 3)}")
     prior = palette or load_palette("default")
@@ -1324,9 +1330,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     def paper_and_halo():
         # paper statistics of this photo (subsampled: a few thousand pixels are plenty)
         pidx = model.paper_sample
-        if valid is not None:
-            pidx = pidx[np.asarray(valid, bool).reshape(-1)[pidx]]
-        th = _photo_thresholds(linear_to_lab(sample(pidx)), prior)
+        keep = None if valid is None else np.asarray(valid, bool).reshape(-1)[pidx]
+        th = _photo_thresholds(linear_to_lab(sample(pidx, keep)), prior)
         halo = (_measure_halo(linear_to_lab(sample(model.halo_pix)), model, th, valid)
                 if has_halo else None)
         return th, halo
@@ -1450,19 +1455,19 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                        * _sig((0.15 - f.off_cov[i]) / 0.03)) if f.x_ok[i] else 0.0
         evidence = max(cover, 0.15 * x_line) if can_cross else cover
     if is_line:
-        p_marked = float(_sig((evidence - line_cover) / line_scale))
+        p_marked = _sig((evidence - line_cover) / line_scale)
     elif "written" in allowed and not colours:
         # handwriting covers little of a number box; texels are still far above paper noise
-        p_marked = float(_sig((evidence - written_cover) / (cover_scale * 0.5)))
+        p_marked = _sig((evidence - written_cover) / (cover_scale * 0.5))
     else:
-        p_marked = float(_sig((evidence - empty_cover) / cover_scale))
+        p_marked = _sig((evidence - empty_cover) / cover_scale)
     # Faint evidence (a light hand, a washed-out photo) cannot make a mark, but it makes
     # "empty" doubtful: a person should look.
     faint_ev = float(f.faint_line[i]) if is_line else float(f.faint_cover[i])
     # (a faint trail along most of a connection; for areas, faint texels over a good part of
     # the region: print residue and JPEG fringes stay well below that)
     faint_thr = 0.5 if is_line else 0.25
-    p_faint = float(_sig((faint_ev - faint_thr) / (line_scale if is_line else cover_scale)))
+    p_faint = _sig((faint_ev - faint_thr) / (line_scale if is_line else cover_scale))
     if is_line:
         # Only for connections: a faint trail along a segment is structure that noise does
         # not make, while faint texels inside a printed area are mostly print fringe.
@@ -1471,23 +1476,23 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
         # A number box is bare, unprinted paper: faint strokes over even a small part of it
         # (light graphite digits) are far beyond what its paper noise leaves, so "empty" is
         # doubtful (a person should look), though too faint to call written.
-        p_marked = max(p_marked, 0.5 * float(_sig((float(f.faint_cover[i]) - 0.06) / 0.015)))
+        p_marked = max(p_marked, 0.5 * _sig((float(f.faint_cover[i]) - 0.06) / 0.015))
     else:
         if can_cross and f.x_ok[i]:
             # likewise a faint trail along most of a diagonal: a light graphite slash or cross
-            p_marked = max(p_marked, 0.5 * float(_sig((f.faint_dlen_max[i] - 0.7) / 0.06)))
+            p_marked = max(p_marked, 0.5 * _sig((f.faint_dlen_max[i] - 0.7) / 0.06))
         if colours:
             # A pale pencil (a hard lead, a light hand) may stay under the "coloured" level, but
             # faint texels of one hue over a good part of the region are not paper: "empty"
             # is doubtful and a person should look.
-            p_marked = max(p_marked, 0.5 * float(_sig((float(f.faint_tint[i]) - 0.12) / 0.02)
-                                                 * _sig((float(f.faint_hue_r[i]) - 0.85) / 0.03)))
-    probs: dict[str, float] = {m: 0.0 for m in allowed}
+            p_marked = max(p_marked, 0.5 * (_sig((float(f.faint_tint[i]) - 0.12) / 0.02)
+                                            * _sig((float(f.faint_hue_r[i]) - 0.85) / 0.03)))
+    probs: dict[str, float] = dict.fromkeys(allowed, 0.0)
     probs["empty"] = 1.0 - p_marked
     coloured_share = float(f.coloured[i] / max(f.cover[i], 1e-9)) if cover > 0 else 0.0
     # Dark pencils (blue, purple, green) in dim light leave some texels too dark to show
     # their chroma; only a mark that is mostly grey is graphite.
-    p_grey = float(_sig((0.25 - coloured_share) / 0.04))
+    p_grey = _sig((0.25 - coloured_share) / 0.04)
     if "written" in allowed and not colours:
         probs["written"] = p_marked
     else:
@@ -1500,11 +1505,11 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # X: both diagonals inked, sectors bare. Slash: one diagonal, thin (a fill along a
             # diagonal covers a broad swath, a slash a stroke). Fill: sectors or area covered.
             lmin, lmax = float(f.dlen_min[i]), float(f.dlen_max[i])
-            lx = float(_sig((dmin - off - 0.15) / 0.04) * _sig((0.15 - off) / 0.03)
-                       * _sig((lmin - 0.6) / 0.08))
+            lx = (_sig((dmin - off - 0.15) / 0.04) * _sig((0.15 - off) / 0.03)
+                  * _sig((lmin - 0.6) / 0.08))
             # slash: one stroke along most of one diagonal, sectors bare, little area
-            ls = float(_sig((lmax - 0.7) / 0.06) * _sig((0.15 - off) / 0.03)
-                       * _sig((0.35 - cover) / 0.05))
+            ls = (_sig((lmax - 0.7) / 0.06) * _sig((0.15 - off) / 0.03)
+                  * _sig((0.35 - cover) / 0.05))
             if not f.x_ok[i]:
                 lx = ls = 0.0  # too little unprinted area to see arms and sectors
             lx_raw, ls_raw = lx, ls
@@ -1512,29 +1517,29 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             # leaves most of it bare. A sparse mark whose strokes run one way (a light
             # hatch) may still be a fill: that case is left undecided.
             # (density counts faint texels too: a light hand's fill is still a fill)
-            dense = float(_sig((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04))
+            dense = _sig((max(cover, float(f.faint_cover[i])) - 0.6) / 0.04)
             if f.x_ok[i]:
                 # ... and a fill covers the sectors between the diagonals, not only the arms
-                dense *= float(_sig((off - 0.3) / 0.05))
-            incoherent = float(_sig((0.4 - float(f.coherence[i])) / 0.06))
+                dense *= _sig((off - 0.3) / 0.05)
+            incoherent = _sig((0.4 - float(f.coherence[i])) / 0.06)
             # (one pencil: strokes of several colours are overshoots from neighbours or print
             # fringe, not a crossing-out; this holds for the X and slash patterns too)
-            one_pencil = float(_sig((float(f.purity[i]) - 0.8) / 0.05))
+            one_pencil = _sig((float(f.purity[i]) - 0.8) / 0.05)
             lx, ls = lx * one_pencil, ls * one_pencil
             # A sparse, many-way scribble in one pencil may cross a region out or be a light,
             # careless fill: which one, only a person can say. It is "cannot tell", not
             # evidence for either (with bare paper between its loops it is no dense fill).
             scribble = ((1.0 - dense) * incoherent * one_pencil
-                        * float(_sig((cover - 0.15) / 0.03))
-                        * float(_sig((float(f.bare_core[i]) - 0.03) / 0.015)))
+                        * _sig((cover - 0.15) / 0.03)
+                        * _sig((float(f.bare_core[i]) - 0.03) / 0.015))
             lx = max(lx, ls)
             if not f.x_ok[i]:
                 lx = 0.0  # too little unprinted area to tell a crossing-out from a fill
             # Parallel strokes over a good part of the region are hatching (a light fill) as
             # much as they could be a thick slash: evidence for a fill, so those stay undecided.
             coh = float(f.coherence[i])
-            hatch = float(_sig((coh - 0.45) / 0.07) * _sig((cover - 0.2) / 0.05))
-            lx *= float(_sig((0.6 - coh) / 0.07)) if lx > ls else 1.0
+            hatch = _sig((coh - 0.45) / 0.07) * _sig((cover - 0.2) / 0.05)
+            lx *= _sig((0.6 - coh) / 0.07) if lx > ls else 1.0
             lf = max(dense, hatch)
             # `u` is the mass of "cannot tell": when neither pattern is clear, p_x stays near
             # 0.5 and the reading goes to review instead of a coin toss.
@@ -1549,18 +1554,18 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 # (two strokes of a pencil's width cover well under three quarters of a
                 # region; a fill, even a careless one, covers more)
                 # Strokes laid one way over most of the region are hatching: a fill too.
-                lf_hidden = max(float(_sig((cover - 0.72) / 0.025)),
-                                float(_sig((coh - 0.6) / 0.03) * _sig((cover - 0.55) / 0.04)))
+                lf_hidden = max(_sig((cover - 0.72) / 0.025),
+                                _sig((coh - 0.6) / 0.03) * _sig((cover - 0.55) / 0.04))
                 p_x = 0.5 * (1.0 - lf_hidden)
             # Graphite (grey texels) crosses out, but grey alone is also shadow, dirt, print
             # bleed or a dark pencil in dim light: crossed is sure only with a crossing-out's
             # structure (X, slash, scribble) or a coverage no stray grey reaches.
             # (the diagonal lengths are measured even where the sectors are hidden by print)
             # (independent cues of line work combine: any one of them is evidence)
-            cues = (float(lx_raw), float(ls_raw), float(_sig((cover - 0.3) / 0.04)),
-                    float(_sig((lmin - 0.45) / 0.05)), float(_sig((lmax - 0.65) / 0.05)),
+            cues = (lx_raw, ls_raw, _sig((cover - 0.3) / 0.04),
+                    _sig((lmin - 0.45) / 0.05), _sig((lmax - 0.65) / 0.05),
                     # grey strokes with bare paper between them: line work, not a smudge
-                    float(_sig((cover - 0.15) / 0.03) * _sig((float(f.bare_core[i]) - 0.08) / 0.03)))
+                    _sig((cover - 0.15) / 0.03) * _sig((float(f.bare_core[i]) - 0.08) / 0.03))
             s_grey = 1.0 - math.prod(1.0 - c for c in cues)
             p_cross = p_grey * (0.5 + 0.5 * s_grey) + (1 - p_grey) * p_x
         else:
@@ -1574,9 +1579,12 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
             hue_noise = math.degrees(3.0 * chroma_noise / max(float(f.chroma[i]), 1e-3))
             # (hue_diff on plain floats: Python's float remainder is numpy's, 20x cheaper)
             h_i = float(f.hue[i])
-            d = {c: abs((h_i - hues[c][0] + 180.0) % 360.0 - 180.0)
-                 / math.hypot(hues[c][1], hue_noise) for c in colours}
-            lik = {c: math.exp(-0.5 * d[c] ** 2) for c in colours}
+            d, lik = {}, {}
+            for c in colours:  # (one pass: the same values as two comprehensions)
+                h_c, spread = hues[c]
+                z = abs((h_i - h_c + 180.0) % 360.0 - 180.0) / math.hypot(spread, hue_noise)
+                d[c] = z
+                lik[c] = math.exp(-0.5 * z ** 2)
             tot = sum(lik.values())
             if tot < 1e-12:
                 pc = {c: 1.0 / len(colours) for c in colours}
@@ -1584,7 +1592,7 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
                 pc = {c: v / tot for c, v in lik.items()}
             # A hue far from every pencil (best distance beyond 3 spreads) is not trusted;
             # nor is a grey mark where only colours are allowed.
-            fit = float(_sig((3.0 - min(d.values())) / 0.4))
+            fit = _sig((3.0 - min(d.values())) / 0.4)
             if not can_cross:
                 fit *= 1.0 - p_grey
             for c in colours:
@@ -1605,9 +1613,9 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     # Probability lost to "no pencil fits" or "not sure it is marked" must lower confidence,
     # not be renormalised away.
     if mark in hues:
-        conf = min(conf, p_marked, float(_sig((3.0 - d[mark]) / 0.4)))
+        conf = min(conf, p_marked, _sig((3.0 - d[mark]) / 0.4))
         # a mix of colours in one region
-        conf = min(conf, float(_sig((f.purity[i] - 0.6) / 0.06)))
+        conf = min(conf, _sig((f.purity[i] - 0.6) / 0.06))
         if "crossed" not in allowed:
             conf = min(conf, 1.0 - p_grey)
         if prior is not None and pal is not prior:
@@ -1629,18 +1637,23 @@ def _decide(r: Region, i: int, f: _Features, pal: Palette, *, review_threshold: 
     if review and not reason:
         reason = f"low confidence ({alts[0][0]} {alts[0][1]:.2f}"
         reason += f" vs {alts[1][0]} {alts[1][1]:.2f})" if len(alts) > 1 else ")"
-    feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]),
-             **({"length_coverage": float(f.line_cover[i])} if is_line else {}),
-             "coloured": float(f.coloured[i]),
-             "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
-             "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
-             "faint_coverage": float(f.faint_line[i] if is_line else f.faint_cover[i]),
-             **({} if is_line else {"x_score": float(f.x_score[i]), "x_band": float(f.band_cov[i]),
-                                      "x_length": float(f.dlen_min[i]), "slash_length": float(f.dlen_max[i]),
-                                      "sector_coverage": float(f.off_cov[i]),
-                                      "bare_core": float(f.bare_core[i]),
-                                      "faint_tint": float(f.faint_tint[i]),
-                                      "faint_hue_agreement": float(f.faint_hue_r[i])})}
+    # (two literal dicts, the same keys in the same order: no temporary dicts to unpack)
+    if is_line:
+        feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]),
+                 "length_coverage": float(f.line_cover[i]), "coloured": float(f.coloured[i]),
+                 "dark": float(f.dark[i]), "hue_deg": float(f.hue[i]),
+                 "chroma": float(f.chroma[i]), "purity": float(f.purity[i]),
+                 "coherence": float(f.coherence[i]), "faint_coverage": float(f.faint_line[i])}
+    else:
+        feats = {"pixels": int(f.n[i]), "coverage": float(f.cover[i]),
+                 "coloured": float(f.coloured[i]), "dark": float(f.dark[i]),
+                 "hue_deg": float(f.hue[i]), "chroma": float(f.chroma[i]),
+                 "purity": float(f.purity[i]), "coherence": float(f.coherence[i]),
+                 "faint_coverage": float(f.faint_cover[i]), "x_score": float(f.x_score[i]),
+                 "x_band": float(f.band_cov[i]), "x_length": float(f.dlen_min[i]),
+                 "slash_length": float(f.dlen_max[i]), "sector_coverage": float(f.off_cov[i]),
+                 "bare_core": float(f.bare_core[i]), "faint_tint": float(f.faint_tint[i]),
+                 "faint_hue_agreement": float(f.faint_hue_r[i])}
     internals = {"p_marked": p_marked, "p_cross": float(p_cross), "p_grey": p_grey,
                  "fit": float(fit), "hue_noise": float(hue_noise), "hue_z": d, "raw": raw}
     return RegionReading(r.id, r.kind, mark, float(conf), bool(review), alts, feats, reason), internals
