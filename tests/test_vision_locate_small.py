@@ -133,3 +133,28 @@ def test_the_far_sheet_of_the_ninth_measurement_is_too_small(tmp_path, capsys):
     assert code == 37
     assert rec["error"]["code"] == "sheet_too_small"
     assert "px per mm" in rec["error"]["message"] and "Move closer" in rec["error"]["message"]
+
+
+@pytest.mark.parametrize("seed,f,dx,dy", [(1, 0.3, 300, 200), (2, 0.25, 100, 100),
+                                          (2, 0.3, 300, 200)])
+def test_a_wrong_small_location_is_not_called_too_small(seed, f, dx, dy):
+    """A blur refusal at a location that is small only because it is wrong (the true page
+    shrunk onto a piece of itself: its print does not line up) keeps its blur message: "move
+    closer" would mislead a player whose sheet fills the photo (heldout1050k
+    reefs-1-hard-nm-s1050069, a 640 x 1000 px page refused as "too small, 0.8 px per mm" at a
+    location with registration 0.26)."""
+    t = TEMPLATES[1]
+    img = synth_photo(t, seed=seed, size=(960, 720), fill=0.8, blur_px=1.0, markers=True).image
+    grey = photo_grey(img)
+    H = np.array([[f, 0, dx], [0, f, dy], [0, 0, 1.0]]) @ L.locate_sheet(img, templates=TEMPLATES).homography
+    scale = L.sheet_px_per_mm(H, t)
+    with pytest.raises(BlurryPhotoError) as info:
+        L._checks(grey, H, t, markers_printed=True, check_blur=True)
+    blur_mm = L.estimate_blur_mm(grey, H, t, markers=True)[0]
+    # the size rule alone would call it too small ...
+    assert scale < L.SMALL_SHEET_PX_PER_MM
+    assert blur_mm * scale <= L.BLUR_LIMIT_MM * L.SMALL_SHEET_PX_PER_MM
+    # ... but the print does not line up there, so the location is not believed
+    assert L.registration_score(grey, H, t, markers=True) < L.RETRY_GOOD_REGISTRATION
+    assert getattr(info.value, "small_sheet", None) is None
+    assert L._too_small_when_blurred(info.value) is None

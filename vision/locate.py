@@ -268,7 +268,8 @@ def _too_small(quad: np.ndarray, t: Template, why: str) -> SheetTooSmallError:
 
 
 def _too_small_when_blurred(err: BlurryPhotoError) -> SheetTooSmallError | None:
-    """A blur refusal of a sheet under ``SMALL_SHEET_PX_PER_MM`` whose blur in the photo's px
+    """A blur refusal of a sheet under ``SMALL_SHEET_PX_PER_MM``, at a believed location
+    (registration or blur fit >= ``RETRY_GOOD_REGISTRATION``), whose blur in the photo's px
     would pass at that scale (at most ``BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM`` = 3 px) is a
     refusal for its size: the camera's ordinary softness in px smears a small sheet's print
     over more mm, and moving closer cures it. That error, or None for a blur refusal that
@@ -2023,7 +2024,7 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
         out["registration"] = round(registration_score(grey, H, t, markers=markers_printed,
                                                          ink=fink), 4)
     if check_blur:
-        blur_mm, _ = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
+        blur_mm, blur_fit = estimate_blur_mm(grey, H, t, markers=markers_printed, ink=fink)
         out["blur_mm"] = round(blur_mm, 3)
         if blur_mm > BLUR_LIMIT_MM:
             err = BlurryPhotoError(
@@ -2032,12 +2033,17 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
                 hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
                      "retake the photo in good light.")
             scale = sheet_px_per_mm(H, t)
-            if scale < SMALL_SHEET_PX_PER_MM and \
+            believed = max(out.get("registration", 0.0), blur_fit) >= RETRY_GOOD_REGISTRATION
+            if scale < SMALL_SHEET_PX_PER_MM and believed and \
                     blur_mm * scale <= BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM:
                 # The blur in the photo's px would pass on a sheet of SMALL_SHEET_PX_PER_MM:
                 # it is the sheet's size that smears its print over mm, and moving closer
                 # cures it (a blur of more px is the photo's own). The retry still sees a blur
-                # refusal; locate_sheet reports it as too small.
+                # refusal; locate_sheet reports it as too small. Only for a location whose
+                # print lines up (or whose blur fits) as a believed one does: a wrong location
+                # on a piece of cloth is small too (heldout1050k reefs-1-hard-nm-s1050069, a
+                # 640 x 1000 px page, was "too small, 0.8 px per mm" at registration 0.26,
+                # blur fit 0.38).
                 err.small_sheet = (project(H, _page_corners(t)), t, blur_mm)
             raise err
     return out
