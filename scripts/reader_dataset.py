@@ -42,7 +42,7 @@ FORBIDDEN_SEED = 100000
 #: and never again for a reported figure. Inclusive (first, last) seeds.
 SPENT_SEED_RANGES = ((100000, 100299), (200000, 200299), (300000, 300299), (400000, 400299),
                      (500000, 500299), (600000, 600299), (710000, 710119), (800000, 800299),
-                     (900000, 900299), (1000000, 1000299))
+                     (900000, 900299), (1000000, 1000299), (1100000, 1100299))
 
 
 def seed_allowed(seed: int | None) -> bool:
