@@ -1751,6 +1751,12 @@ def _identify(image, options):
     return int(best), scores, float(margin)
 
 
+# The page route's last resort stops at the first outline whose print lines up at least this
+# well (the bar under which the page route also asks the whole-photo features); below it the
+# later outlines are tried too and the best registration is kept.
+LAST_RESORT_GOOD_REGISTRATION = 0.45
+
+
 def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_ok: bool = False,
                     image: np.ndarray | None = None, quad: np.ndarray | None = None):
     """The page route (:func:`_locate_by_quad`), with whole-photo feature matching as the
@@ -1779,18 +1785,26 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
             yield from (("straight edges", q) for q in _page_quads_from_lines(image)[:2])
             yield from (("outline runs", q) for q in _page_quads_from_outline(image)[:4])
             yield from (("shadow-flattened whiteness", q) for q in shadow_page_quads(image, image_grey, cands))
+        # The first outline whose print lines up well ends the search; one that lines up
+        # poorly (under LAST_RESORT_GOOD_REGISTRATION) is kept only until a later one lines up
+        # better: straight edges also outline a cloth's pattern (heldout1050k
+        # reefs-1-hard-nm-s1050069: a 108 x 369 px patch of cloth at 0.25, taken before the
+        # shadow route's true page at 0.71, then refused as blurred).
         for page_from, q in last_resort():
             try:
-                res = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
-                                      border_ok=border_ok, image=image, quad=q)
+                r = _locate_by_quad(image_grey, cands, markers_printed=markers_printed,
+                                    border_ok=border_ok, image=image, quad=q)
             except (NoSheetFoundError, SheetCutOffError):
                 continue
-            if page_from == "shadow-flattened whiteness" and \
-                    res[4]["candidates"][0]["correlation"] < SHADOW_MIN_REGISTRATION:
-                res = None  # (a part of the page, stretched over the whole: see _page_shadow)
+            corr = r[4]["candidates"][0]["correlation"]
+            if page_from == "shadow-flattened whiteness" and corr < SHADOW_MIN_REGISTRATION:
+                continue  # (a part of the page, stretched over the whole: see _page_shadow)
+            if res is not None and corr <= res[4]["candidates"][0]["correlation"]:
                 continue
+            res = r
             res[4]["page_from"] = page_from
-            break
+            if corr >= LAST_RESORT_GOOD_REGISTRATION:
+                break
     if res is None and not use_glob:
         raise err
     if use_glob:
