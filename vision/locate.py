@@ -33,8 +33,10 @@ Routes, tried in this order:
    failing both, the outline is built from the page's straight edges (Hough lines), then from
    the straight runs of bright components' outlines, then from the whiteness flattened by its
    local envelope (``vision._page_shadow``: a side or corner in strong shadow on a busy cloth;
-   kept only when the print lines up at least ``SHADOW_MIN_REGISTRATION``). Among a
-   game's levels, the one whose *print* (achromatic ink, pencil discounted) matches where the
+   kept only when the print lines up at least ``SHADOW_MIN_REGISTRATION``); the first of
+   these outlines that lines up at least ``LAST_RESORT_GOOD_REGISTRATION`` ends the search,
+   below it the best-registered one is kept (straight edges also outline a cloth's pattern).
+   Among a game's levels, the one whose *print* (achromatic ink, pencil discounted) matches where the
    levels differ wins, every level judged under the same well-registered homographies; a
    small margin is reported as ``details["ambiguous"]`` and caps ``quality`` at 0.3, so that
    every reading gets reviewed.
