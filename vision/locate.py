@@ -2031,9 +2031,12 @@ def prepare(template: Template, *, markers: bool = True) -> None:
 
 
 def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bool,
-            check_blur: bool, registration: bool = True) -> dict:
+            check_blur: bool, registration: bool = True,
+            known_registration: float | None = None) -> dict:
     """The registration score and the blur check of a location: ``{"registration", "blur_mm"}``
-    (each when asked for); raises :class:`BlurryPhotoError` above ``BLUR_LIMIT_MM``."""
+    (each when asked for); raises :class:`BlurryPhotoError` above ``BLUR_LIMIT_MM``.
+    ``known_registration``: the location's registration score when the caller has measured it
+    already (``registration=False``), for the too-small rule's belief in the location."""
     out = {}
     fink = _frame_ink(grey, H, t)  # shared by the registration score and the blur measure
     if registration:
@@ -2049,7 +2052,8 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
                 hint="Hold the phone still, let it focus on the sheet (tap the screen), and "
                      "retake the photo in good light.")
             scale = sheet_px_per_mm(H, t)
-            believed = max(out.get("registration", 0.0), blur_fit) >= RETRY_GOOD_REGISTRATION
+            reg = out.get("registration", known_registration)
+            believed = max(reg or 0.0, blur_fit) >= RETRY_GOOD_REGISTRATION
             if scale < SMALL_SHEET_PX_PER_MM and believed and \
                     blur_mm * scale <= BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM:
                 # The blur in the photo's px would pass on a sheet of SMALL_SHEET_PX_PER_MM:
@@ -2142,7 +2146,7 @@ def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: b
         try:
             d.update(_check_in_view(t, H, image.shape, method=method))
             checked = _checks(grey, H, t, markers_printed=mk, check_blur=check_blur,
-                              registration=False)
+                              registration=False, known_registration=reg)
         except (SheetCutOffError, BlurryPhotoError) as e:
             if reg > best_refused[0]:
                 best_refused = (reg, e)
