@@ -2053,8 +2053,7 @@ def _checks(grey: np.ndarray, H: np.ndarray, t: Template, *, markers_printed: bo
                      "retake the photo in good light.")
             scale = sheet_px_per_mm(H, t)
             reg = out.get("registration", known_registration)
-            believed = max(reg or 0.0, blur_fit) >= RETRY_GOOD_REGISTRATION
-            if scale < SMALL_SHEET_PX_PER_MM and believed and \
+            if scale < SMALL_SHEET_PX_PER_MM and _believed(reg or 0.0, blur_fit) and \
                     blur_mm * scale <= BLUR_LIMIT_MM * SMALL_SHEET_PX_PER_MM:
                 # The blur in the photo's px would pass on a sheet of SMALL_SHEET_PX_PER_MM:
                 # it is the sheet's size that smears its print over mm, and moving closer
@@ -2084,6 +2083,13 @@ RETRY_MIN_GAIN = 0.1
 RETRY_GOOD_REGISTRATION = 0.5
 
 
+def _believed(registration: float, blur_fit: float) -> bool:
+    """Whether a refused location's own evidence backs it (``RETRY_GOOD_REGISTRATION``): its
+    refusal then stands without a retry (:func:`_retry_refused`), and a blur refusal of a
+    small sheet there is one for its size (:func:`_checks`)."""
+    return max(registration, blur_fit) >= RETRY_GOOD_REGISTRATION
+
+
 def _markers_used(t: Template, found: dict, d: dict) -> tuple[int, ...]:
     """The template's marker ids that a page-route or anchored location rests on: the ones
     detected in the photo and the squares anchored as markers (``d["markers_anchored"]``)."""
@@ -2110,7 +2116,7 @@ def _retry_refused(grey, image, cands, refusal, *, first: tuple, from_markers: b
     fink = _frame_ink(grey, H0, t0)
     reg0 = registration_score(grey, H0, t0, markers=mk0, ink=fink)
     fit0 = estimate_blur_mm(grey, H0, t0, markers=mk0, ink=fink)[1]
-    if max(reg0, fit0) >= RETRY_GOOD_REGISTRATION:
+    if _believed(reg0, fit0):
         raise refusal  # the print is where the location says: the refusal is true
     # the first location's page and the outline it was registered from (the page route's)
     seen = [_order_quad(project(H0, _page_corners(t0)))]
