@@ -75,3 +75,79 @@ def test_the_bundled_model_scores_as_with_the_exit_leaf_masks():
         ref += want.reshape(rows.shape[0], -1, len(model.classes)).sum(axis=1)
         np.testing.assert_array_equal(got, ref)
 
+
+# --- two readers, one verdict for all regions (vision.learned.combine_all) -------------------
+
+def _hands(rng, n):
+    """Hand readings of regions of several kinds and mark sets, with every reason the rule
+    looks at."""
+    from vision.marks import MARKS, RegionReading
+
+    kinds = ["box", "connection", "swatch", "treasure"]
+    sets = [MARKS, ("empty", "crossed"), ("empty", "orange", "red", "blue", "green", "purple"),
+            ("empty", "written"), ("empty", "red", "crossed", "not-a-class")]
+    out = []
+    for i in range(n):
+        marks = sets[i % len(sets)]
+        pr = rng.dirichlet(np.ones(len(marks)))
+        alts = tuple(sorted(zip(marks, pr.tolist()), key=lambda kv: -kv[1]))
+        mark = alts[0][0] if rng.random() < 0.8 else alts[-1][0]
+        conf = float(rng.choice([alts[0][1], 0.99, 0.999, 0.5]))
+        reason = "too few unprinted pixels to read" if i % 17 == 3 else ("x" if i % 5 == 0 else "")
+        feats = {"pixels": int(rng.integers(5, 900)), "coverage": float(rng.random())}
+        out.append(RegionReading(f"r{i}", kinds[i % len(kinds)], mark, conf, bool(i % 3 == 0),
+                                 alts, feats, reason))
+    return out
+
+
+def _probs(rng, hands):
+    from vision.marks import MARKS
+
+    P = np.zeros((len(hands), len(MARKS)))
+    for i, h in enumerate(hands):
+        ok = [MARKS.index(m) for m, _ in h.alternatives if m in MARKS]
+        v = rng.dirichlet(np.ones(len(ok)) * 0.3)
+        if i % 7 == 1:
+            v = np.round(v * 4) / 4  # equal probabilities: the order among them is class order
+        if i % 11 == 2:
+            v[:] = 0.0  # nothing allowed has any probability: all alike
+        P[i, ok] = v
+        if i % 13 == 4:
+            P[i, [j for j in range(len(MARKS)) if j not in ok][:1]] = 0.3  # a disallowed class
+    # the learned reader is sure of its mark on a share of the regions: the rule's thresholds
+    sure = rng.random(len(hands)) < 0.5
+    P[sure] = np.where(P[sure] == P[sure].max(axis=1, keepdims=True), 0.999, P[sure] * 0.001)
+    return P
+
+
+@pytest.mark.parametrize("doubt, photo_confidence", [(0.0, 1.0), (0.01, 0.9), (0.02, 1.0),
+                                                     (0.5, 1.0), (0.0, 0.2)])
+def test_combine_all_reads_every_region_as_combine(doubt, photo_confidence):
+    """Every region as :func:`combine` reads it (repr-compared: marks, confidences and their
+    types, review, alternatives and their order, features and their order, reasons), under
+    reader-v7's rule with its tiers, the photo gate and the doubt gate."""
+    from vision.learned import combine, combine_all, default_model
+    from vision.marks import MARKS
+
+    rule = default_model().rule
+    rng = np.random.default_rng(int(doubt * 100) + int(photo_confidence * 10))
+    hands = _hands(rng, 150)
+    P = _probs(rng, hands)
+    kw = dict(classes=MARKS, rule=rule, review_threshold=0.9, photo_confidence=photo_confidence,
+              doubt=doubt)
+    want = [combine(h, P[i], **kw) for i, h in enumerate(hands)]
+    got = combine_all(hands, P, **kw)
+    assert repr(got) == repr(want)
+    assert [list(g.features) for g in got] == [list(w.features) for w in want]
+    gated = photo_confidence < rule.photo_gate or doubt > rule.photo_doubt_max
+    assert len({r.review for r in got}) == (1 if gated else 2)  # (both verdicts occur)
+
+
+def test_combine_all_refuses_probabilities_that_do_not_fit():
+    from vision.learned import combine_all, default_model
+    from vision.marks import MARKS
+
+    hands = _hands(np.random.default_rng(0), 3)
+    with pytest.raises(ValueError, match=r"expected \(3, 8\) probabilities, got \(2, 8\)"):
+        combine_all(hands, np.zeros((2, len(MARKS))), classes=MARKS, rule=default_model().rule,
+                    review_threshold=0.9)

@@ -711,5 +711,99 @@ def combine(hand, probs: Sequence[float], *, classes: Sequence[str], rule: Decis
                          reason)
 
 
+def combine_all(hands: Sequence, probs: np.ndarray, *, classes: Sequence[str], rule: DecisionRule,
+                review_threshold: float, photo_confidence: float = 1.0,
+                doubt: float = 0.0) -> list:
+    """``[combine(hand, probs[i], ...) for i, hand in enumerate(hands)]``: the same readings
+    (mark, confidence, review, alternatives, features and reason, value for value), for all
+    regions of a photo at once.
+
+    Why: :func:`combine` is plain Python run once a region (~130 a photo); here what depends
+    on the photo alone is worked out once (the thresholds per (mark, region kind) at this
+    doubt, the photo-level gates, the review cap) and the probabilities come as Python floats
+    in one ``tolist`` (the values ``float()`` gives), the rest is :func:`combine`'s arithmetic
+    in the same order.
+
+    Parameters
+    ----------
+    hands : sequence of vision.marks.RegionReading
+    probs : (R, C) ndarray
+        One row of :func:`combine`'s ``probs`` per hand reading.
+    classes, rule, review_threshold, photo_confidence, doubt
+        As for :func:`combine`.
+
+    Returns
+    -------
+    list of vision.marks.RegionReading
+    """
+    from vision.marks import RegionReading
+
+    probs = np.asarray(probs, np.float64)
+    if probs.ndim != 2 or len(probs) != len(hands) or probs.shape[1] != len(classes):
+        raise ValueError(f"expected ({len(hands)}, {len(classes)}) probabilities, got {probs.shape}")
+    classes = list(classes)
+    index = {c: j for j, c in enumerate(classes)}
+    # each region's marks (its hand reading's alternatives), as a mask over the classes
+    ok = np.zeros(probs.shape, bool)
+    for i, hand in enumerate(hands):
+        for m, _ in hand.alternatives:
+            j = index.get(m)
+            if j is not None:
+                ok[i, j] = True
+    # the allowed probabilities' sum, added in class order as Python's sum() adds them (a
+    # disallowed class adds 0.0, which changes no sum), and each divided by it
+    kept = np.where(ok, probs, 0.0)
+    tot = np.zeros(len(hands))
+    for j in range(len(classes)):
+        tot += kept[:, j]
+    norm = kept / np.where(tot > 0, tot, 1.0)[:, None]
+    # best first; a stable sort keeps class order between equal values (as sorted() does)
+    order = np.argsort(np.where(ok, -norm, np.inf), axis=1, kind="stable").tolist()
+    rows, n_ok, tots = norm.tolist(), ok.sum(axis=1).tolist(), tot.tolist()
+    thresholds: dict = {}
+    gated = photo_confidence < rule.photo_gate
+    unclear = doubt > rule.photo_doubt_max
+    unclear_reason = f"photo too unclear: {doubt:.0%} of its regions are in doubt" if unclear else ""
+    cap = math.nextafter(review_threshold, 0.0) - 1e-4
+    out = []
+    for hand, row, idx, n, tot in zip(hands, rows, order, n_ok, tots):
+        alternatives = hand.alternatives
+        if tot > 0:
+            alts = tuple([(classes[j], row[j]) for j in idx[:n]])
+        else:  # (combine's fallback: every allowed mark alike)
+            alts = tuple([(classes[j], 1.0 / n) for j in idx[:n]])
+        mark_l, p_l = alts[0]
+        mark_h, c_h = hand.mark, float(hand.confidence)
+        agree = mark_l == mark_h
+        key = (mark_l, hand.kind)
+        t = thresholds.get(key)
+        if t is None:
+            t = thresholds[key] = rule.thresholds(mark_l, doubt, hand.kind)
+        hand_min, learned_min, learned_alone, hand_floor = t
+        sure = agree and ((c_h >= hand_min and p_l >= learned_min)
+                          or (p_l >= learned_alone and c_h >= hand_floor))
+        reason = ""
+        if hand.reason == "too few unprinted pixels to read":
+            sure, reason = False, hand.reason
+        elif gated:
+            sure, reason = False, "photo too unreliable (registration/resolution)"
+        elif unclear:
+            sure, reason = False, unclear_reason
+        elif not agree:
+            reason = f"readers disagree (hand: {mark_h} {c_h:.3f}, learned: {mark_l} {p_l:.3f})"
+        elif not sure:
+            reason = f"low confidence ({mark_l}: hand {c_h:.4f}, learned {p_l:.4f})"
+        if sure:
+            conf = max(p_l, review_threshold)
+        else:
+            hp = dict(alternatives).get(mark_l, 0.0)
+            conf = min(0.5 * (p_l + hp), p_l, cap)
+        feats = {**hand.features, "hand_mark": mark_h, "hand_confidence": c_h,
+                 "learned_mark": mark_l, "learned_confidence": p_l}
+        out.append(RegionReading(hand.region_id, hand.kind, mark_l, float(conf), not sure,
+                                 alts, feats, reason))
+    return out
+
+
 __all__ = ["DEFAULT_MODEL", "DOUBT_LEVEL", "THRESHOLD_NAMES", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
-           "combine", "default_model", "load_model", "model_from_dict", "photo_doubt", "resolve_reader"]
+           "combine", "combine_all", "default_model", "load_model", "model_from_dict", "photo_doubt", "resolve_reader"]

@@ -1396,14 +1396,17 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     if learned is not None:
         # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
         # gate for unusable photos; the photo's quality figures are features of the model.
-        from vision.learned import combine, photo_doubt
+        from vision.learned import combine_all, photo_doubt
         allowed = np.array([[m in r.marks for m in MARKS] for r in regions], bool)
         probs = _predict_rows(learned, matrix, allowed)
         doubt = photo_doubt(probs)
-        for i, r in enumerate(regions):
-            readings[r.id] = combine(readings[r.id], probs[i], classes=MARKS, rule=learned.rule,
-                                     review_threshold=review_threshold,
-                                     photo_confidence=photo_confidence, doubt=doubt)
+        # (vision.learned.combine for every region, with what depends on the photo alone
+        # worked out once)
+        both_read = combine_all([readings[r.id] for r in regions], probs, classes=MARKS,
+                                rule=learned.rule, review_threshold=review_threshold,
+                                photo_confidence=photo_confidence, doubt=doubt)
+        for r, rd in zip(regions, both_read):
+            readings[r.id] = rd
     elif photo_confidence < 1.0:
         for rid, rd in readings.items():
             if rd.confidence > photo_confidence:
