@@ -151,3 +151,65 @@ def test_combine_all_refuses_probabilities_that_do_not_fit():
     with pytest.raises(ValueError, match=r"expected \(3, 8\) probabilities, got \(2, 8\)"):
         combine_all(hands, np.zeros((2, len(MARKS))), classes=MARKS, rule=default_model().rule,
                     review_threshold=0.9)
+
+
+# --- what the classifier derives from the sheet model alone (vision.marks._model_constants) --
+
+@pytest.fixture(scope="module")
+def small_model():
+    from calibration.render import render_sheet
+    from calibration.template import get_template, template_ids
+    from vision.marks import build_sheet_model
+
+    # (a Reefs sheet: it has connections, whose bins are among the constants)
+    t = get_template(next(i for i in template_ids() if i.startswith("reefs")))
+    return build_sheet_model(t, render_sheet(t, dpi=40, markers=True).image, dpi=40)
+
+
+def test_model_constants_are_the_per_photo_expressions(small_model):
+    """Each constant is what classify_sheet and _measure computed from the model on every
+    photo before; the arrays cannot be written; one object per model while it lives."""
+    from vision.marks import _HUE_BINS, MARKS, _model_constants, _RegionSums
+
+    m = small_model
+    R = len(m.region_ids)
+    mc = _model_constants(m)
+    assert _model_constants(m) is mc
+    regions = [m.template.region(rid) for rid in m.region_ids]
+    assert list(mc.regions) == regions
+    np.testing.assert_array_equal(mc.allowed, [[k in r.marks for k in MARKS] for r in regions])
+    assert mc.is_line == [bool(m.is_line[i]) for i in range(R)]
+    np.testing.assert_array_equal(mc.hue_base, m.label * _HUE_BINS)
+    np.testing.assert_array_equal(mc.band1, m.band == 1)
+    np.testing.assert_array_equal(mc.band2, m.band == 2)
+    np.testing.assert_array_equal(mc.banded, m.band != 0)
+    np.testing.assert_array_equal(mc.diag_bin, m.diag_bin[m.diag_bin >= 0])
+    np.testing.assert_array_equal(mc.line_bin, m.line_bin[m.line_bin >= 0])
+    np.testing.assert_array_equal(mc.bin_region, np.repeat(np.arange(R), m.line_bins))
+    assert mc.nb_total == int(m.line_bins.sum()) > 0
+    with pytest.raises(ValueError, match="read-only"):
+        mc.hue_base[0] = 1
+    # the sums: a fresh accumulator each time, with the segments of a new _RegionSums
+    plain, a, b = _RegionSums(m.label, R), mc.region_sums(), mc.region_sums()
+    assert a.buf is not b.buf and a.rows == [] and plain.sorted == a.sorted
+    v = np.random.default_rng(0).normal(size=m.label.size)
+    plain.add(v), a.add(v), a.add(v * 0), b.add(-v)
+    np.testing.assert_array_equal(a.sums()[0], plain.sums()[0])
+    np.testing.assert_array_equal(b.sums()[0], -plain.sums()[0])
+
+
+def test_model_constants_go_with_their_model():
+    import gc
+
+    from calibration.render import render_sheet
+    from calibration.template import get_template, template_ids
+    from vision import marks
+
+    t = get_template(template_ids()[1])
+    m = marks.build_sheet_model(t, render_sheet(t, dpi=30, markers=True).image, dpi=30)
+    key = id(m)
+    marks._model_constants(m)
+    assert key in marks._constants
+    del m
+    gc.collect()
+    assert key not in marks._constants
