@@ -213,3 +213,88 @@ def test_model_constants_go_with_their_model():
     del m
     gc.collect()
     assert key not in marks._constants
+
+
+# --- rectify's field fitting (vision.rectify._reject_outliers, _smooth_field) ----------------
+
+def _plain_reject_outliers(shifts, weight, *, tol):
+    """_reject_outliers as it was (np.pad's border), for comparison."""
+    R, C = weight.shape
+    v = np.where((weight > 0)[..., None], shifts, np.nan).astype(np.float64)
+    pad = np.pad(v, ((1, 1), (1, 1), (0, 0)), constant_values=np.nan)
+    stack = np.stack([pad[i:i + R, j:j + C] for i in range(3) for j in range(3)], 0)
+    n_ok = np.sum(~np.isnan(stack[..., 0]), 0)
+    srt = np.sort(stack, axis=0)
+    n = np.broadcast_to(n_ok[None, ..., None], (1,) + srt.shape[1:])
+    lo = np.take_along_axis(srt, np.maximum(n - 1, 0) // 2, 0)[0]
+    hi = np.take_along_axis(srt, n // 2, 0)[0]
+    med = np.where(n[0] > 0, (lo + hi) / 2, np.nan)
+    dev = np.hypot(v[..., 0] - med[..., 0], v[..., 1] - med[..., 1])
+    out_w = weight.copy()
+    out_w[(weight > 0) & (n_ok >= 3) & (dev > tol)] = 0
+    return out_w
+
+
+def _tile_field(rng, R=9, C=13, dtype=np.float32):
+    shifts = rng.normal(scale=1.5, size=(R, C, 2)).astype(dtype)
+    weight = rng.random((R, C)).astype(np.float32)
+    weight[rng.random((R, C)) < 0.3] = 0
+    shifts[rng.random((R, C)) < 0.2] = np.nan  # rejected tiles
+    shifts[2, 3] = (9.0, -7.0)  # an outlier among its neighbours
+    return shifts, weight
+
+
+def test_reject_outliers_drops_the_tiles_it_dropped():
+    from vision.rectify import _reject_outliers
+
+    for seed in range(6):
+        shifts, weight = _tile_field(np.random.default_rng(seed), 5 + seed, 5 + 2 * seed)
+        want = _plain_reject_outliers(shifts, weight, tol=1.0)
+        got = _reject_outliers(shifts, weight, tol=1.0)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+    assert (want == 0).sum() > (weight == 0).sum()  # (some tiles are dropped)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_smooth_field_is_the_field_of_nan_to_num(dtype):
+    """NaN (a rejected tile) reads as 0 as nan_to_num has it; an infinity (never measured,
+    but possible in principle) and a float64 value beyond float32 go the original way."""
+    import cv2
+
+    from vision.rectify import _smooth_field
+
+    def plain(shifts, weight, sigma):
+        w = weight.astype(np.float32)
+        s = np.nan_to_num(shifts).astype(np.float32)
+        num = np.stack([cv2.GaussianBlur(s[..., i] * w, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE)
+                        for i in range(2)], -1)
+        den = cv2.GaussianBlur(w, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE)
+        field_ = np.zeros_like(s)
+        ok = den > 1e-4
+        field_[ok] = num[ok] / den[ok, None]
+        if not ok.all():
+            num2 = np.stack([cv2.GaussianBlur(s[..., i] * w, (0, 0), sigma * 4, borderType=cv2.BORDER_REPLICATE)
+                             for i in range(2)], -1)
+            den2 = cv2.GaussianBlur(w, (0, 0), sigma * 4, borderType=cv2.BORDER_REPLICATE)
+            fill = (~ok) & (den2 > 1e-6)
+            field_[fill] = num2[fill] / den2[fill, None]
+        return field_
+
+    rng = np.random.default_rng(7)
+    shifts, weight = _tile_field(rng, dtype=dtype)
+    weight[:, :4] = 0  # a band far from any reliable tile: the wider blur fills it
+    cases = [shifts]
+    odd = shifts.copy()
+    odd[1, 1, 0], odd[4, 5, 1] = np.inf, -np.inf
+    cases.append(odd)
+    if dtype == np.float64:
+        big = shifts.copy()
+        big[3, 3, 0] = 1e300  # beyond float32: inf after the cast
+        cases.append(big)
+    for s in cases:
+        with np.errstate(all="ignore"):  # (the infinities and the overflowing cast warn)
+            want = plain(s, weight, 1.0)
+            got = _smooth_field(s, weight, sigma=1.0)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
