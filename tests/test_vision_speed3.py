@@ -298,3 +298,47 @@ def test_smooth_field_is_the_field_of_nan_to_num(dtype):
             got = _smooth_field(s, weight, sigma=1.0)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+# --- the classifier's smaller savings (vision.marks) ------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hue_bins_are_the_remainder_bins(dtype):
+    """Every hue _hue360 gives (0 up to 360 itself, where its wrap rounds to 360) and values
+    outside that range: the same bins as the integer remainder."""
+    from vision.marks import _HUE_BINS, _hue360, _hue_bins
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=5000).astype(dtype)
+    b = rng.normal(size=5000).astype(dtype)
+    b[:20] = -np.array(1e-30, dtype)  # a hue a hair under 0: 360 after the wrap
+    h = _hue360(a, b)
+    assert (h == 360.0).any()
+    extra = np.array([0.0, 9.999, 10.0, 359.999, 360.0, 361.0, 725.0, -0.5, -10.0, -370.0], dtype)
+    for x in (h, extra):
+        want = (x / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
+        got = _hue_bins(x)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_classify_reads_a_whole_valid_frame_as_without_one(small_model):
+    """A valid mask that is True everywhere skips the gather of the region pixels' flags:
+    the same readings, matrix and palette as reading without a mask, and a mask with a gap
+    still gathers (regions in the gap are read as unmeasured)."""
+    from vision.marks import classify_sheet
+
+    m = small_model
+    rng = np.random.default_rng(2)
+    img = np.clip(m.expected * rng.uniform(0.85, 1.0, m.expected.shape), 0, 1).astype(np.float32)
+    ys, xs = np.divmod(m.pix[m.label == 0], m.shape[1])
+    img[ys, xs] *= np.array([1.0, 0.45, 0.4], np.float32)  # a red fill in the first region
+    kw = dict(learned=None)
+    plain = classify_sheet(img, m, **kw)
+    whole = classify_sheet(img, m, valid=np.ones(m.shape, bool), **kw)
+    assert repr(whole.readings) == repr(plain.readings)
+    assert plain.readings[m.region_ids[0]].mark == "red"
+    gap = np.ones(m.shape, bool)
+    gap[:, : m.shape[1] // 3] = False
+    cut = classify_sheet(img, m, valid=gap, **kw)
+    assert repr(cut.readings) != repr(plain.readings)

@@ -647,6 +647,18 @@ def _hue360(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return h
 
 
+def _hue_bins(h: np.ndarray) -> np.ndarray:
+    """``(h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS``, the same bins: the
+    remainder is taken only where a bin is out of range (a hue of 360 after ``_hue360``'s
+    wrap; anything else not within [0, 360]): an integer remainder over every pixel costs
+    more than finding the few that need one."""
+    bins = (h / (360.0 / _HUE_BINS)).astype(np.int64)
+    out = (bins >= _HUE_BINS) | (bins < 0)
+    if out.any():
+        bins[out] %= _HUE_BINS
+    return bins
+
+
 def _abs_hue_diff(h: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """``np.abs(hue_diff(h, ref))`` for hues in [0, 360], the same values: the remainder of
     ``h - ref + 180`` (within (-180, 540)) is one add or subtract of 360, both exact the way
@@ -768,7 +780,7 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
         faint_line = np.zeros(R)
     # hue: chroma-weighted histogram peak, then circular mean within +-25 deg of the peak
     wc = np.where(col, C, 0.0)
-    bins = (h / (360.0 / _HUE_BINS)).astype(np.int64) % _HUE_BINS
+    bins = _hue_bins(h)
     hist = np.bincount(mc.hue_base + bins, wc, R * _HUE_BINS).reshape(R, _HUE_BINS)
     sm = hist + np.roll(hist, 1, axis=1) + np.roll(hist, -1, axis=1)
     peak = (np.argmax(sm, axis=1) + 0.5) * (360.0 / _HUE_BINS)
@@ -1392,12 +1404,17 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
 
     def regions():
         # Pencil on print multiplies its reflectance: divide the print out.
-        return linear_to_lab(sample(model.pix) / model.divisor)
+        # (in place: sample() gives a new array; the same float32 quotients)
+        px = sample(model.pix)
+        px /= model.divisor
+        return linear_to_lab(px)
 
     # (independent pixels: the paper statistics and the halo's ink beside the regions' Lab
     # when a second core is allowed, vision._geom_threads; the same values either way)
     (th, halo), lab = both(paper_and_halo, regions)
-    ok = np.ones(model.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.pix]
+    # (a whole frame inside the photo, the usual case, needs no gather: every pixel is ok)
+    ok = (np.ones(model.pix.size, bool) if valid is None or np.asarray(valid, bool).all()
+          else np.asarray(valid, bool).reshape(-1)[model.pix])
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
     # the line features only when the model reads them (or the matrix is kept for a dataset)
@@ -1435,13 +1452,14 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # _decide reads one region's values at a time: from Python lists that is several times
     # cheaper than numpy scalars, with the same values
     f_lists = replace(f, **{k: v.tolist() for k, v in vars(f).items() if isinstance(v, np.ndarray)})
+    chroma_noise = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
     for i, r in enumerate(regions):
         readings[r.id], it = _decide(r, i, f_lists, pal, review_threshold=review_threshold,
                                  empty_cover=empty_cover, cover_scale=cover_scale,
                                  x_threshold=x_threshold, x_scale=x_scale, min_pixels=min_pixels,
                                  written_cover=written_cover, is_line=mc.is_line[i],
                                  line_cover=line_cover, line_scale=line_scale, prior=prior,
-                                 chroma_noise=max(1.0, float(th.get("paper_chroma_sd", 1.0))),
+                                 chroma_noise=chroma_noise,
                                  hues=hues)
         internals.append(it)
     matrix = None
