@@ -111,6 +111,8 @@ def _probs(rng, hands):
             v = np.round(v * 4) / 4  # equal probabilities: the order among them is class order
         if i % 11 == 2:
             v[:] = 0.0  # nothing allowed has any probability: all alike
+        if i % 19 == 5:
+            v[-1] = np.nan  # (a softmax over no allowed class): all alike, in class order
         P[i, ok] = v
         if i % 13 == 4:
             P[i, [j for j in range(len(MARKS)) if j not in ok][:1]] = 0.3  # a disallowed class

@@ -720,15 +720,17 @@ def combine_all(hands: Sequence, probs: np.ndarray, *, classes: Sequence[str], r
 
     Why: :func:`combine` is plain Python run once a region (~130 a photo); here what depends
     on the photo alone is worked out once (the thresholds per (mark, region kind) at this
-    doubt, the photo-level gates, the review cap) and the probabilities come as Python floats
-    in one ``tolist`` (the values ``float()`` gives), the rest is :func:`combine`'s arithmetic
-    in the same order.
+    doubt, the photo-level gates, the review cap), the allowed probabilities are normalised
+    for all regions in numpy (the same sums, added in the same order, and the same
+    quotients) and ordered by a stable sort (ties in class order, as ``sorted`` leaves them),
+    and the rest is :func:`combine`'s arithmetic in the same order.
 
     Parameters
     ----------
     hands : sequence of vision.marks.RegionReading
     probs : (R, C) ndarray
-        One row of :func:`combine`'s ``probs`` per hand reading.
+        One row of :func:`combine`'s ``probs`` (probabilities: finite, or NaN where a region
+        allows no class the model has) per hand reading.
     classes, rule, review_threshold, photo_confidence, doubt
         As for :func:`combine`.
 
@@ -759,19 +761,19 @@ def combine_all(hands: Sequence, probs: np.ndarray, *, classes: Sequence[str], r
     norm = kept / np.where(tot > 0, tot, 1.0)[:, None]
     # best first; a stable sort keeps class order between equal values (as sorted() does)
     order = np.argsort(np.where(ok, -norm, np.inf), axis=1, kind="stable").tolist()
-    rows, n_ok, tots = norm.tolist(), ok.sum(axis=1).tolist(), tot.tolist()
+    rows, n_ok, tots, oks = norm.tolist(), ok.sum(axis=1).tolist(), tot.tolist(), ok.tolist()
     thresholds: dict = {}
     gated = photo_confidence < rule.photo_gate
     unclear = doubt > rule.photo_doubt_max
     unclear_reason = f"photo too unclear: {doubt:.0%} of its regions are in doubt" if unclear else ""
     cap = math.nextafter(review_threshold, 0.0) - 1e-4
     out = []
-    for hand, row, idx, n, tot in zip(hands, rows, order, n_ok, tots):
+    for hand, row, idx, n, tot, okr in zip(hands, rows, order, n_ok, tots, oks):
         alternatives = hand.alternatives
         if tot > 0:
             alts = tuple([(classes[j], row[j]) for j in idx[:n]])
-        else:  # (combine's fallback: every allowed mark alike)
-            alts = tuple([(classes[j], 1.0 / n) for j in idx[:n]])
+        else:  # (combine's fallback, a sum of 0 or NaN: every allowed mark alike, in class order)
+            alts = tuple([(c, 1.0 / n) for c, a in zip(classes, okr) if a])
         mark_l, p_l = alts[0]
         mark_h, c_h = hand.mark, float(hand.confidence)
         agree = mark_l == mark_h
