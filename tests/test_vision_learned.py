@@ -11,7 +11,7 @@ import pytest
 
 from vision.learned import (DEFAULT_MODEL, DecisionRule, ReaderModelError, combine, default_model,
                             load_model, model_from_dict)
-from vision.marks import FEATURE_NAMES, MARKS, RegionReading
+from vision.marks import EVIDENCE_FEATURES, FEATURE_NAMES, MARKS, RegionReading
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +354,10 @@ def test_the_default_reader_v7_loads_and_reproduces_its_training_probabilities()
     from vision.learned import MODEL_DIR
     path = MODEL_DIR / "reader-v7.json"
     model = load_model(path)
-    assert model.feature_names == FEATURE_NAMES and model.rule.by_mark
+    # every column of the reader it was fitted on, in order; the ring columns
+    # (vision._evidence) came later and reader-v7 does not read them
+    assert list(model.feature_names) == [n for n in FEATURE_NAMES if n not in EVIDENCE_FEATURES]
+    assert model.rule.by_mark
     assert [t[0] for t in model.rule.tiers] == [0.0, 0.015, 0.03]
     for mark in ("written", "crossed"):
         for kind in ("box", "number_field", None):

@@ -557,7 +557,7 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     """reader-v1 reads none of the line features: they are skipped (their columns 0) and its
     readings are the same as with them measured; a dataset (keep_matrix) always has them."""
     from vision.learned import MODEL_DIR, load_model
-    from vision.marks import FEATURE_NAMES, LINE_FEATURES
+    from vision.marks import EVIDENCE_FEATURES, FEATURE_NAMES, LINE_FEATURES
     t, render, model = crypts
     image = _paint(t, render, _all_marks(t), seed=5)
     v1 = load_model(MODEL_DIR / "reader-v1.json")
@@ -566,7 +566,10 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     full = _read(model, image, learned=v1, keep_matrix=True)
     cols = [FEATURE_NAMES.index(n) for n in sorted(LINE_FEATURES)]
     assert not lean.matrix[:, cols].any() and full.matrix[:, cols].any()
-    other = [j for j in range(len(FEATURE_NAMES)) if j not in cols]
+    # the ring columns too are computed only when asked or for a model that reads them
+    ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES]
+    assert not lean.matrix[:, ring].any() and full.matrix[:, ring].any()
+    other = [j for j in range(len(FEATURE_NAMES)) if j not in cols and j not in ring]
     np.testing.assert_array_equal(lean.matrix[:, other], full.matrix[:, other])
     assert {k: (r.mark, r.confidence, r.review) for k, r in lean.readings.items()} == \
         {k: (r.mark, r.confidence, r.review) for k, r in full.readings.items()}

@@ -48,6 +48,7 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
+from vision._evidence import EVIDENCE_FEATURES, evidence_features
 from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
                            linear_to_lab, load_palette)
@@ -1167,7 +1168,9 @@ FEATURE_NAMES = (
     "paper_chroma_sd", "paper_l_sd", "photo_registration", "photo_resolution", "photo_locate",
     "photo_residual_px", "photo_px_per_frame_px", "photo_shading_range", "photo_wb_blue_over_red",
     "photo_paper_coverage",
-)
+    # pencil in a ring along the region's outline (vision._evidence): appended last, so that
+    # every model made for the shorter list reads its columns where they were
+) + EVIDENCE_FEATURES
 
 #: The columns of ``FEATURE_NAMES`` measured by the straight-line search and its kin
 #: (``_measure_lines``); left 0 when the model in use reads none of them.
@@ -1179,8 +1182,8 @@ LINE_FEATURES = frozenset(("ink_z", "z3_share", "diag_z", "sector_z", "line_z", 
 
 def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette, prior: Palette,
                           th: Mapping[str, float], hand: Mapping[str, RegionReading],
-                          internals, *, photo_features: Mapping[str, float] | None = None
-                          ) -> np.ndarray:
+                          internals, *, photo_features: Mapping[str, float] | None = None,
+                          evidence: np.ndarray | None = None) -> np.ndarray:
     """The learned reader's input: one row per readable region, columns ``FEATURE_NAMES``.
 
     Parameters
@@ -1200,6 +1203,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         ``_decide``'s intermediate probabilities, per region.
     photo_features : mapping, optional
         Keys of ``PHOTO_FEATURE_DEFAULTS``; missing keys take the default.
+    evidence : (R, len(EVIDENCE_FEATURES)) ndarray, optional
+        ``vision._evidence.evidence_features`` of this photo (default: those columns are 0).
 
     Returns
     -------
@@ -1295,6 +1300,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
     put("photo_shading_range", min(ph["shading_range"], 10.0))
     put("photo_wb_blue_over_red", ph["wb_blue_over_red"])
     put("photo_paper_coverage", ph["paper_coverage"])
+    if evidence is not None:
+        X[:, col[EVIDENCE_FEATURES[0]]:col[EVIDENCE_FEATURES[-1]] + 1] = evidence
     return X
 
 
@@ -1464,8 +1471,11 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         internals.append(it)
     matrix = None
     if keep_matrix or learned is not None:
+        ev = None  # (only when the model reads them, or the matrix is kept for a dataset)
+        if keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names):
+            ev = evidence_features(sample, model, th=th, palette=pal, valid=valid)
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
-                                       photo_features=photo_features)
+                                       photo_features=photo_features, evidence=ev)
     if learned is not None:
         # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
         # gate for unusable photos; the photo's quality figures are features of the model.

@@ -1,0 +1,145 @@
+"""Pencil in a ring along a region's outline (vision._evidence).
+
+Sheets are drawn in the template frame at a low dpi (no camera): a ring of colour traced
+along one region's outline, a stroke touching another from one side, the rest empty, so
+every expectation is known.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from calibration.render import render_sheet
+from calibration.template import get_template
+from vision import _evidence
+from vision._evidence import (EVIDENCE_FEATURES, SECTORS, build_ring_geometry,
+                              evidence_features, ring_geometry)
+from vision.colour import load_palette
+from vision.light import normalise_light
+from vision.marks import FEATURE_NAMES, build_sheet_model, classify_sheet
+
+DPI = 80.0
+COL = {n: j for j, n in enumerate(EVIDENCE_FEATURES)}
+RED = (200, 40, 50)
+BLUE = (35, 85, 195)
+
+
+@pytest.fixture(scope="module")
+def crypts():
+    t = get_template("crypts-1")
+    render = render_sheet(t, dpi=DPI).image
+    return t, render, build_sheet_model(t, render, dpi=DPI)
+
+
+def _poly_px(t, rid):
+    return t.region(rid).shape.polygon(segments=64) * (DPI / 25.4)
+
+
+def _trace(image, poly, colour, *, inset_mm=0.6, width_mm=0.7):
+    """A ring of ``colour`` drawn just inside ``poly`` (px), as a player tracing the outline."""
+    c = poly.mean(axis=0)
+    k = DPI / 25.4
+    # shrink towards the centre by inset_mm (the polygons here are convex)
+    r = np.linalg.norm(poly - c, axis=1, keepdims=True)
+    inner = c + (poly - c) * (1 - inset_mm * k / np.maximum(r, 1e-6))
+    pts = np.round((inner - 0.5) * 16).astype(np.int32).reshape(-1, 1, 2)
+    cv2.polylines(image, [pts], True, colour, thickness=max(1, int(round(width_mm * k))),
+                  lineType=cv2.LINE_AA, shift=4)
+
+
+def _features(model, image):
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    th = {"chroma": 12.0, "dark_l": 80.0, "paper_chroma_sd": 1.0}
+    return evidence_features(light.sample, model, th=th, palette=load_palette("default"))
+
+
+def _area_ids(t, model, kind):
+    return [rid for i, rid in enumerate(model.region_ids)
+            if not model.is_line[i] and t.region(rid).kind == kind]
+
+
+def test_evidence_columns_are_appended_last_to_the_feature_list():
+    assert FEATURE_NAMES[-len(EVIDENCE_FEATURES):] == EVIDENCE_FEATURES
+    assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
+
+
+def test_rings_hug_the_outline_and_stay_off_other_regions(crypts):
+    t, render, model = crypts
+    g = build_ring_geometry(model)
+    H, W = model.shape
+    assert g.pix.size and np.all((g.pix >= 0) & (g.pix < H * W))
+    assert np.all(np.diff(g.label) >= 0), "rings are stored region after region"
+    assert g.sector.min() >= 0 and g.sector.max() < g.regions * SECTORS
+    # connections have no ring; every area region has one, all the way round
+    lines = np.flatnonzero(model.is_line)
+    assert not np.isin(g.label, lines).any()
+    for i in np.flatnonzero(~model.is_line):
+        secs = np.unique(g.sector[g.label == i]) - i * SECTORS
+        assert secs.size >= SECTORS - 2, model.region_ids[i]
+    # outer pixels lie in no other area region
+    owner = np.zeros((H, W), np.int32)
+    for i in np.flatnonzero(~model.is_line):
+        _evidence._fill(owner, _poly_px(t, model.region_ids[i]), i + 1)
+    own = owner.reshape(-1)[g.pix]
+    assert np.all(own[~g.inner] == 0)
+    assert np.all(own[g.inner] == g.label[g.inner] + 1)
+    # no dark print is measured
+    lum = model.expected.reshape(-1, 3)[g.pix] @ np.array([0.2126, 0.7152, 0.0722])
+    assert lum.min() >= _evidence.PRINT_MIN_LUMINANCE - 1e-6
+    assert ring_geometry(model) is ring_geometry(model)
+
+
+def test_a_traced_outline_goes_all_the_way_round_and_names_its_colour(crypts):
+    t, render, model = crypts
+    boxes = _area_ids(t, model, "box") or _area_ids(t, model, "symbol")
+    traced, touched, blank = boxes[0], boxes[3], boxes[6]
+    image = render.copy()
+    _trace(image, _poly_px(t, traced), RED)
+    # a short stroke on one side of another region (a neighbour's fill spilling over)
+    p = _poly_px(t, touched)
+    x0, y0 = p.min(axis=0)
+    x1, y1 = p.max(axis=0)
+    cv2.line(image, (int(x0) - 1, int(y0) + 2), (int(x0) - 1, int(y0 + (y1 - y0) * 0.3)), BLUE,
+             thickness=2)
+    X = _features(model, image)
+    ids = list(model.region_ids)
+    a, b, c = ids.index(traced), ids.index(touched), ids.index(blank)
+    assert X[a, COL["ev_ring_arc"]] >= 0.9 and X[a, COL["ev_ring_in_arc"]] >= 0.9
+    assert X[a, COL["ev_ring_colour"]] > 0.2
+    z = {n: abs(X[a, COL[f"ev_ring_z_{n}"]]) for n in ("orange", "red", "blue", "green", "purple")}
+    assert min(z, key=z.get) == "red", z
+    assert 0 < X[b, COL["ev_ring_arc"]] <= 0.35
+    assert X[c, COL["ev_ring_arc"]] == 0 and X[c, COL["ev_ring_colour"]] == 0
+    assert not X[c, COL["ev_ring_z_orange"]:].any(), "no colour: no hue"
+    assert not X[np.asarray(model.is_line)].any(), "connections get zeros"
+
+
+def test_a_blank_sheet_has_no_ring_evidence(crypts):
+    t, render, model = crypts
+    X = _features(model, render)
+    assert X.shape == (len(model.region_ids), len(EVIDENCE_FEATURES))
+    assert X[:, COL["ev_ring_arc"]].max() <= 0.1
+
+
+def test_ring_columns_are_measured_only_for_a_model_that_reads_them(crypts, monkeypatch):
+    t, render, model = crypts
+    image = render.copy()
+    ids = list(model.region_ids)
+    traced = (_area_ids(t, model, "box") or _area_ids(t, model, "symbol"))[0]
+    _trace(image, _poly_px(t, traced), RED)
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    kept = classify_sheet(light.linear, model, learned=None, keep_matrix=True)
+    j = FEATURE_NAMES.index("ev_ring_arc")
+    assert kept.matrix[ids.index(traced), j] >= 0.9
+
+    def refuse(*a, **k):
+        raise AssertionError("ring columns measured for a model that does not read them")
+
+    monkeypatch.setattr("vision.marks.evidence_features", refuse)
+    lean = classify_sheet(light.linear, model, learned="default")  # reader-v7: no ev_ columns
+    assert lean.matrix is not None
+    assert not lean.matrix[:, -len(EVIDENCE_FEATURES):].any()
+    np.testing.assert_array_equal(lean.matrix[:, :-len(EVIDENCE_FEATURES)],
+                                  kept.matrix[:, :-len(EVIDENCE_FEATURES)])
