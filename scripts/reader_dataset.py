@@ -14,7 +14,8 @@ decision rule (``train_reader.py --calib``).
 The ``.npz`` holds ``X`` (N, F) float32, ``y`` (N,) int (index into ``vision.marks.MARKS``),
 ``allowed`` (N, 8) bool, ``photo`` (N,) int (index into ``photos``), ``kind``, ``preset``,
 ``painter`` (N,) str, ``region`` (N,) str, ``hand_mark`` (N,) int, ``photo_conf`` (N,) float,
-and ``feature_names``, ``photos``, ``seeds``, ``folders``, ``skipped`` (JSON text).
+and ``feature_names``, ``photos``, ``seeds``, ``folders``, ``skipped`` (JSON text),
+``tone_correction`` (bool: whether the light stage's tone correction was on, ``--tone``).
 """
 
 from __future__ import annotations
@@ -118,7 +119,17 @@ def main(argv=None) -> int:
     ap.add_argument("folders", nargs="+", help="corpus folders (scripts/make_corpus.py --out)")
     ap.add_argument("--out", required=True, help=".npz to write (keep it outside the repository)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tone", choices=("on", "off", "default"), default="default",
+                    help="the light stage's per-channel tone correction (vision.light."
+                         "TONE_CORRECTION): on, off, or as the code has it by default; the "
+                         "rows record which, and train_reader refuses to mix them")
     args = ap.parse_args(argv)
+    import vision.light
+
+    if args.tone != "default":
+        # set before the workers are forked, so that they read with it
+        vision.light.TONE_CORRECTION = args.tone == "on"
+    tone = bool(vision.light.TONE_CORRECTION)
     jobs = []
     for d in args.folders:
         jobs += [(str(p), str(t)) for p, t in find_pairs(d)]
@@ -146,7 +157,7 @@ def main(argv=None) -> int:
         painter=np.repeat([r["painter"] for r in ok], n),
         hand_mark=np.concatenate([r["hand"] for r in ok]),
         photo_conf=np.repeat([r["photo_conf"] for r in ok], n),
-        feature_names=np.asarray(FEATURE_NAMES),
+        feature_names=np.asarray(FEATURE_NAMES), tone_correction=np.bool_(tone),
         photos=np.asarray([r["photo"] for r in ok]), seeds=np.asarray([r["seed"] for r in ok]),
         folders=np.asarray([str(Path(d).resolve()) for d in args.folders]),
         skipped=json.dumps(skipped))

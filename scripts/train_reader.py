@@ -77,6 +77,10 @@ def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
             if painters:
                 sys.exit(f"{p}: holds photos of the painter(s) {painters}: only "
                          f"{list(TRAIN_PAINTERS)} may calibrate the rule")
+    tones = {p: tone_of(d) for p, d in zip(paths, parts)}
+    if len(set(tones.values())) > 1:
+        sys.exit(f"datasets read with and without the light's tone correction: {tones}; "
+                 "rebuild them alike (scripts/reader_dataset.py --tone)")
     out = {}
     offset = 0
     for d in parts:
@@ -91,7 +95,14 @@ def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
     res["seeds"] = np.concatenate(out["seeds"])
     res["skipped"] = sum((json.loads(str(s)) for s in out["skipped"]), [])
     res["paths"] = paths
+    res["tone_correction"] = next(iter(tones.values()), False)
     return res
+
+
+def tone_of(d) -> bool:
+    """Whether a dataset was read with the light stage's tone correction (datasets from before
+    the option have no such entry: they were read without)."""
+    return bool(d["tone_correction"]) if "tone_correction" in d else False
 
 
 def hand_conf(d):
@@ -474,6 +485,11 @@ def main(argv=None) -> int:
     if unknown:  # (before minutes of fitting: a typo would otherwise fail at the export)
         sys.exit(f"--tier-only names no mark {unknown}: marks are {', '.join(MARKS)}")
 
+    # every row, trained on, calibrating or validating, must see the light the reader will
+    tones = {p: tone_of(np.load(p)) for p in args.train + args.val + args.calib}
+    if len(set(tones.values())) > 1:
+        sys.exit(f"datasets read with and without the light's tone correction: {tones}; "
+                 "rebuild them alike (scripts/reader_dataset.py --tone)")
     tr = load_sets(args.train)
     bad = sorted(set(tr["painter"].tolist()) - set(TRAIN_PAINTERS))
     if bad:
@@ -665,6 +681,7 @@ def main(argv=None) -> int:
                      "by_mark": bool(args.by_mark),
                      "calibration_only": [{"path": p, "sha256_16": digest(p)} for p in args.calib],
                      "tiers": args.tiers, "tier_only": args.tier_only,
+                     "light_tone_correction": bool(tr["tone_correction"]),
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
                                 "min_leaf": args.min_leaf, "l2": args.l2,
                                 "independent": args.independent} if args.kind == "gbdt"

@@ -7,6 +7,17 @@ blocks (robustly: pencil strays and print bleed are rejected), fill blocks that 
 from their neighbours, smooth, and divide the photo by it. In the result paper is ``(1, 1, 1)``
 in linear RGB everywhere: shading, shadows and colour casts are gone, and pencil texels keep
 their reflectance (what a pencil *is*, independent of the lamp).
+
+The division is exact for paper only. A phone applies its tone curve (and saturation) *after*
+the colour cast, per channel, so under a strong cast a diagonal division leaves part of the cast
+in every darker colour: black print under warm light comes out red (linear (0.067, 0.031,
+0.022) where a neutral photo gives (0.014, 0.015, 0.014)), and pencils shift towards red
+(blue -> purple, purple -> red, green -> orange). With the template's black print given
+(:func:`print_pixels`), each channel also gets the exponent that makes that print come out
+colourless (:attr:`NormalisedLight.tone`; paper, 1, stays 1). The exponents are measured on the
+photo's own print, never assumed from a camera model; they are bounded, and left at 1 where the
+print is too little, washed out or clipped to measure. Off by default (``TONE_CORRECTION``):
+the learned reader must be trained on the colours it will see.
 """
 
 from __future__ import annotations
@@ -155,6 +166,9 @@ class NormalisedLight:
         Ratio of the brightest to the darkest paper block (1 = perfectly even light).
     block : int
         Block side in px of ``illumination``.
+    tone : tuple of float
+        Per-channel exponents applied to the divided linear RGB (``(1, 1, 1)``: none), measured
+        on the black print so that it comes out colourless (:func:`normalise_light`).
 
     Notes
     -----
@@ -171,6 +185,7 @@ class NormalisedLight:
     white_balance: tuple[float, float, float]
     shading_range: float
     block: int = 12
+    tone: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
     @cached_property
     def _upsampling(self) -> np.ndarray:
@@ -221,7 +236,7 @@ class NormalisedLight:
     @cached_property
     def linear(self) -> np.ndarray:
         """(H, W, 3) float32 linear RGB divided by the paper's illumination (paper = 1)."""
-        return SRGB_TO_LINEAR[self.image] / self.illumination_full
+        return self._tone(SRGB_TO_LINEAR[self.image] / self.illumination_full)
 
     def sample(self, flat_index) -> np.ndarray:
         """Normalised linear RGB at flat pixel indices (or at a :class:`PixelTaps`' pixels),
@@ -234,7 +249,15 @@ class NormalisedLight:
         srgb = self.image.reshape(-1, 3).take(flat_index.index, axis=0)
         # cv2.LUT is the same table lookup as SRGB_TO_LINEAR.take(srgb), a third of the time
         lin = cv2.LUT(srgb, SRGB_TO_LINEAR) if srgb.size else SRGB_TO_LINEAR.take(srgb)
-        return lin / self.illumination_at(flat_index)
+        return self._tone(lin / self.illumination_at(flat_index))
+
+    def _tone(self, x: np.ndarray) -> np.ndarray:
+        """``x`` (divided linear RGB, float32, changed in place) with the per-channel exponents
+        ``tone`` applied (returned as is when there are none)."""
+        if self.tone == (1.0, 1.0, 1.0):
+            return x
+        # (a zero stays zero; exponents near 1 keep values above 1, glare, near where they were)
+        return np.power(x, np.asarray(self.tone, np.float32), out=x)
 
     def to_srgb(self) -> np.ndarray:
         """The normalised photo as uint8 sRGB (for debug pictures)."""
@@ -277,8 +300,135 @@ def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
     return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4).astype(np.float32)
 
 
+#: Whether the pipeline measures and applies the per-channel tone correction
+#: (:func:`print_pixels` gives ``None`` while it is off, and the light stage is as before).
+#: Off: the learned reader in use was trained on uncorrected colours, and a light change moves
+#: its features off its training (``scripts/reader_dataset.py --tone on`` builds corrected rows).
+#: Measured (session 9, same photos, main's code): the hand reader gains 0.14-0.46 points on
+#: each of 15 corpora (hard photos 0.45-1.35), but a refit on corrected rows (reader-v7's trees'
+#: recipe, seed 0) read about as accurately as the baseline refit (hard +0.2 points), flagged
+#: fewer regions and made 2 confident errors on validation corpora where the baseline made none.
+TONE_CORRECTION = False
+#: Black print in the clean render: every channel below this (0-255) and a chroma below
+#: ``_PRINT_CHROMA``. Pencil overshoots its region: print closer than ``_PRINT_CLEAR_MM`` to a
+#: region is not used.
+_PRINT_DARK = 80
+_PRINT_CHROMA = 20
+_PRINT_CLEAR_MM = 1.5
+#: At most this many print pixels (evenly spaced) are measured: plenty for three exponents.
+_PRINT_SAMPLE = 20000
+#: Least number of usable print pixels for a measurement (fewer: no correction).
+_TONE_MIN_PX = 1500
+#: Divided linear values (every channel) of the print pixels the fit uses: darker is noise,
+#: JPEG and black clipping; lighter (blurred edges far into the paper, glare) carries little
+#: of the tone curve and mostly the paper's noise.
+_TONE_FIT_RANGE = (0.004, 0.9)
+#: The print must be dark to tell the tone curve: if the median usable print pixel is lighter
+#: than this (grey level, divided linear), the print is washed out (glare, blur, overexposure).
+_TONE_MAX_PRINT = 0.45
+#: The exponents are held within this range: the camera tone curves seen on warm photos give
+#: 0.72-1.43 on the print (mid-tones bend more than the darkest print); beyond, the fit is
+#: not a tone curve but something else on the print.
+_TONE_BOUNDS = (0.7, 1.4)
+#: Exponents all within this of 1 are left at 1: a neutral photo is read exactly as before.
+_TONE_DEADBAND = 0.02
+
+
+_print_lock = threading.Lock()
+_print: dict[tuple, np.ndarray] = {}
+
+
+def print_pixels(model) -> np.ndarray | None:
+    """Flat indices (in the sheet model's frame) of pixels the template prints in black, away
+    from every region, for the tone correction; ``None`` when ``TONE_CORRECTION`` is off.
+
+    Parameters
+    ----------
+    model : vision.marks.SheetModel
+        The sheet model the photo is read with (its template, dpi, frame and region pixels).
+
+    Returns
+    -------
+    (N,) intp ndarray or None
+        At most ``_PRINT_SAMPLE`` pixels, evenly spaced over the print (cached per template
+        and dpi; read-only, the same array every time so its taps are cached too).
+    """
+    if not TONE_CORRECTION:
+        return None
+    t = model.template
+    key = (t.id, t.version, t.source, round(float(model.dpi), 3), tuple(model.shape))
+    with _print_lock:
+        hit = _print.get(key)
+    if hit is not None:
+        return hit
+    from vision._geom_render import reference_render  # (the renderer: loaded when needed)
+
+    # with the markers: solid black, the darkest print there is, where a sheet has them; on a
+    # sheet without, their place is bare paper, outside the fit's range (_TONE_FIT_RANGE)
+    ref = np.asarray(reference_render(t, dpi=model.dpi, markers=True))
+    if ref.shape[:2] != tuple(model.shape):
+        raise ValueError(f"the template's render {ref.shape[:2]} does not match the sheet "
+                         f"model's frame {tuple(model.shape)}")
+    hi, lo = ref.max(axis=2).astype(np.int16), ref.min(axis=2).astype(np.int16)
+    dark = (hi < _PRINT_DARK) & (hi - lo < _PRINT_CHROMA)
+    reg = np.zeros(dark.shape, np.uint8)
+    reg.reshape(-1)[model.pix] = 1
+    k = max(3, int(round(model.dpi / 25.4 * _PRINT_CLEAR_MM * 2)) | 1)
+    reg = cv2.dilate(reg, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (k, k)))
+    idx = np.flatnonzero(dark & (reg == 0))
+    if idx.size > _PRINT_SAMPLE:
+        idx = idx[np.linspace(0, idx.size - 1, _PRINT_SAMPLE).astype(np.intp)]
+    idx = np.ascontiguousarray(idx, np.intp)
+    idx.setflags(write=False)
+    with _print_lock:
+        _print[key] = idx
+    return idx
+
+
+def tone_exponents(srgb: np.ndarray, lin: np.ndarray) -> tuple[float, float, float]:
+    """Per-channel exponents that make black print come out colourless after the division
+    by the paper.
+
+    Parameters
+    ----------
+    srgb : (N, 3) uint8 ndarray
+        The print pixels as photographed (clipped channels, 0 or 255, are not used).
+    lin : (N, 3) float ndarray
+        The same pixels' linear RGB divided by the paper's illumination.
+
+    Returns
+    -------
+    tuple of float
+        ``g`` such that ``lin ** g`` is grey on the print: per channel the least-squares fit
+        through the origin of ``g_c * log(lin_c) = mean over channels of log(lin)`` (paper,
+        1, stays 1, and the print keeps its mean darkness), held within ``_TONE_BOUNDS``.
+        ``(1, 1, 1)`` when fewer than ``_TONE_MIN_PX`` pixels are usable, when the print is
+        washed out (median above ``_TONE_MAX_PRINT``), or when every exponent is within
+        ``_TONE_DEADBAND`` of 1.
+    """
+    srgb = np.asarray(srgb)
+    lin = np.asarray(lin, np.float64)
+    if srgb.shape != lin.shape or lin.ndim != 2 or lin.shape[1:] != (3,):
+        raise ValueError(f"srgb {srgb.shape} and lin {lin.shape} must both be (N, 3)")
+    none = (1.0, 1.0, 1.0)
+    lo, hi = _TONE_FIT_RANGE
+    ok = (np.all((lin > lo) & (lin < hi), axis=1)
+          & np.all((srgb > 0) & (srgb < 255), axis=1))
+    if ok.sum() < _TONE_MIN_PX:
+        return none
+    y = np.log(lin[ok])
+    t = y.mean(axis=1, keepdims=True)
+    if float(np.exp(np.median(t))) > _TONE_MAX_PRINT:
+        return none
+    g = np.clip((y * t).sum(axis=0) / np.maximum((y * y).sum(axis=0), 1e-12), *_TONE_BOUNDS)
+    if np.all(np.abs(g - 1) <= _TONE_DEADBAND):
+        return none
+    return tuple(float(v) for v in g)
+
+
 def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndarray | None = None,
-                    block: int = 12, min_paper: float = 0.2, reject: float = 0.12) -> NormalisedLight:
+                    block: int = 12, min_paper: float = 0.2, reject: float = 0.12,
+                    print_pixels: np.ndarray | None = None) -> NormalisedLight:
     """Divide a rectified photo by its paper's illumination.
 
     Parameters
@@ -297,6 +447,11 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     reject : float
         Relative deviation (in grey level) below the block's first estimate beyond which a
         pixel is not counted as paper (pencil strays, print bleed from misregistration).
+    print_pixels : (N,) int ndarray, optional
+        Flat indices of pixels the template prints in black, away from regions
+        (:func:`print_pixels`). Given, the result's ``tone`` holds the per-channel exponents
+        that make that print colourless (:func:`tone_exponents`), applied by
+        :meth:`NormalisedLight.sample` and ``linear``; not given, no tone correction.
 
     Returns
     -------
@@ -374,8 +529,21 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     wbal = np.median(illum[ok], axis=0)
     lum_blocks = illum[ok] @ np.array([0.2126, 0.7152, 0.0722], np.float32)
     rng = float(lum_blocks.max() / max(lum_blocks.min(), 1e-3)) if lum_blocks.size else 1.0
-    return NormalisedLight(image, smooth.astype(np.float32, copy=False), coverage,
-                           tuple(float(v) for v in wbal), rng, block)
+    out = NormalisedLight(image, smooth.astype(np.float32, copy=False), coverage,
+                          tuple(float(v) for v in wbal), rng, block)
+    if print_pixels is None:
+        return out
+    idx = np.asarray(print_pixels)
+    if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= H * W)):
+        raise ValueError(f"print_pixels must be flat indices into the {(H, W)} image")
+    keep = valid.reshape(-1).take(idx) if valid is not None else None
+    taps = out.taps(idx, keep=keep)
+    srgb = image.reshape(-1, 3).take(taps.index, axis=0)
+    tone = tone_exponents(srgb, out.sample(taps))
+    if tone == out.tone:
+        return out
+    return NormalisedLight(image, out.illumination, coverage, out.white_balance, rng, block, tone)
 
 
-__all__ = ["NormalisedLight", "PixelTaps", "normalise_light", "pixel_taps"]
+__all__ = ["TONE_CORRECTION", "NormalisedLight", "PixelTaps", "normalise_light", "pixel_taps",
+           "print_pixels", "tone_exponents"]

@@ -25,7 +25,7 @@ from sheetcheck.errors import InputFileError
 from vision.colour import Palette, load_palette
 from vision._geom_threads import start
 from vision.learned import resolve_reader
-from vision.light import NormalisedLight, normalise_light
+from vision.light import NormalisedLight, normalise_light, print_pixels
 from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
@@ -238,7 +238,8 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         location = checks.result()  # (a blurred photo stops here)
     try:
         valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
-        light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid)
+        light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid,
+                                print_pixels=print_pixels(model))
         t4 = time.perf_counter()
         timings["light"] = (t4 - t3) * 1000
         if checks.done():
