@@ -126,3 +126,40 @@ def test_print_pixels_of_a_sheet_model(monkeypatch):
     assert ref[idx].max() < light._PRINT_DARK  # black print
     assert not np.isin(idx, model.pix).any()  # never a region's pixel
     assert not model.paper_mask.reshape(-1)[idx].any()  # never bare paper
+
+
+def test_the_reader_in_use_decides_the_tone_correction(tmp_path, monkeypatch):
+    """A learned reader reads with the light it was trained on (its model file's
+    training.light_tone_correction), whatever TONE_CORRECTION says; without one, the
+    switch decides (the hand reader alone, or a dataset being built)."""
+    import json
+
+    import vision.pipeline as pipeline
+    from vision.learned import DEFAULT_MODEL, load_model
+    from vision.light import tone_correction_for
+
+    v7 = load_model(DEFAULT_MODEL)
+    doc = json.loads(DEFAULT_MODEL.read_text())
+    doc["training"]["light_tone_correction"] = True
+    path = tmp_path / "reader-tone.json"
+    path.write_text(json.dumps(doc))
+    toned = load_model(path)
+    for switch in (False, True):
+        monkeypatch.setattr(light, "TONE_CORRECTION", switch)
+        assert tone_correction_for(v7) is False  # trained without: never corrected
+        assert tone_correction_for(toned) is True
+        assert tone_correction_for(None) is switch
+    # and the pipeline asks for the print with the reader's setting
+    seen = []
+
+    def spy(model, *, on=None):
+        seen.append(on)
+        return None
+
+    monkeypatch.setattr(pipeline, "print_pixels", spy)
+    from pathlib import Path
+
+    photo = sorted((Path(__file__).resolve().parents[1] / "sample_photos").glob("*.jpg"))[0]
+    pipeline.read_photo(str(photo), learned=toned)
+    pipeline.read_photo(str(photo), learned=v7)
+    assert seen == [True, False]

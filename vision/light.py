@@ -338,14 +338,29 @@ _print_lock = threading.Lock()
 _print: dict[tuple, np.ndarray] = {}
 
 
-def print_pixels(model) -> np.ndarray | None:
+def tone_correction_for(learned) -> bool:
+    """Whether a photo read with the learned reader ``learned`` gets the tone correction: as
+    that reader was trained (its model file's ``training.light_tone_correction``, written by
+    scripts/train_reader.py; absent: trained without), since a reader fed colours of another
+    light reads off its training without knowing it. Without a learned reader (the hand reader
+    alone, or a dataset being built), ``TONE_CORRECTION`` decides."""
+    if learned is None:
+        return bool(TONE_CORRECTION)
+    training = (getattr(learned, "meta", None) or {}).get("training") or {}
+    return bool(training.get("light_tone_correction", False))
+
+
+def print_pixels(model, *, on: bool | None = None) -> np.ndarray | None:
     """Flat indices (in the sheet model's frame) of pixels the template prints in black, away
-    from every region, for the tone correction; ``None`` when ``TONE_CORRECTION`` is off.
+    from every region, for the tone correction; ``None`` when the correction is off.
 
     Parameters
     ----------
     model : vision.marks.SheetModel
         The sheet model the photo is read with (its template, dpi, frame and region pixels).
+    on : bool, optional
+        Whether the correction is on (:func:`tone_correction_for` the reader in use); by
+        default ``TONE_CORRECTION``.
 
     Returns
     -------
@@ -353,7 +368,7 @@ def print_pixels(model) -> np.ndarray | None:
         At most ``_PRINT_SAMPLE`` pixels, evenly spaced over the print (cached per template
         and dpi; read-only, the same array every time so its taps are cached too).
     """
-    if not TONE_CORRECTION:
+    if not (TONE_CORRECTION if on is None else on):
         return None
     t = model.template
     key = (t.id, t.version, t.source, round(float(model.dpi), 3), tuple(model.shape))
@@ -546,4 +561,4 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
 
 
 __all__ = ["TONE_CORRECTION", "NormalisedLight", "PixelTaps", "normalise_light", "pixel_taps",
-           "print_pixels", "tone_exponents"]
+           "print_pixels", "tone_correction_for", "tone_exponents"]

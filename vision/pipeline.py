@@ -25,7 +25,7 @@ from sheetcheck.errors import InputFileError
 from vision.colour import Palette, load_palette
 from vision._geom_threads import start
 from vision.learned import resolve_reader
-from vision.light import NormalisedLight, normalise_light, print_pixels
+from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
 from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
@@ -238,14 +238,15 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         location = checks.result()  # (a blurred photo stops here)
     try:
         valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
+        learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
+        # the light the reader was trained on (tone correction or not) is the light it reads
         light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid,
-                                print_pixels=print_pixels(model))
+                                print_pixels=print_pixels(model, on=tone_correction_for(learned)))
         t4 = time.perf_counter()
         timings["light"] = (t4 - t3) * 1000
         if checks.done():
             location = checks.result()
         pconf, pconf_parts = photo_confidence(location, rect)
-        learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
         sheet = classify_sheet(light, model, palette=palette or load_palette("default"),
                                valid=valid, review_threshold=review_threshold,
                                photo_confidence=pconf,
