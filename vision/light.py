@@ -16,8 +16,8 @@ in every darker colour: black print under warm light comes out red (linear (0.06
 (:func:`print_pixels`), each channel also gets the exponent that makes that print come out
 colourless (:attr:`NormalisedLight.tone`; paper, 1, stays 1). The exponents are measured on the
 photo's own print, never assumed from a camera model; they are bounded, and left at 1 where the
-print is too little, washed out or clipped to measure. Off by default (``TONE_CORRECTION``):
-the learned reader must be trained on the colours it will see.
+print is too little, washed out or clipped to measure. A learned reader gets it only if it
+was trained with it (:func:`tone_correction_for`); the shipped reader was not.
 """
 
 from __future__ import annotations
@@ -300,10 +300,10 @@ def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
     return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4).astype(np.float32)
 
 
-#: Whether the pipeline measures and applies the per-channel tone correction
-#: (:func:`print_pixels` gives ``None`` while it is off, and the light stage is as before).
-#: Off: the learned reader in use was trained on uncorrected colours, and a light change moves
-#: its features off its training (``scripts/reader_dataset.py --tone on`` builds corrected rows).
+#: Whether the per-channel tone correction is measured and applied when no learned reader is
+#: in use (the hand reader alone, or ``scripts/reader_dataset.py --tone on`` building corrected
+#: rows); a learned reader always reads with the light it was trained on
+#: (:func:`tone_correction_for`). Off: a light change moves features off a reader's training.
 #: Measured (session 9, same photos, main's code): the hand reader gains 0.14-0.46 points on
 #: each of 15 corpora (hard photos 0.45-1.35), but a refit on corrected rows (reader-v7's trees'
 #: recipe, seed 0) read about as accurately as the baseline refit (hard +0.2 points), flagged
