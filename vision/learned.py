@@ -218,6 +218,20 @@ def _leaf_values(X: np.ndarray, p: Mapping) -> np.ndarray:
 _tables_lock = threading.Lock()
 
 
+def _built_once(p: dict, key: str, build) -> dict | None:
+    """``p[key]``, set to ``build()`` on first use (a table or None), under ``_tables_lock`` so
+    that two reading threads build it once; a read-only mapping ``p`` gets it built every
+    time."""
+    if key in p:
+        return p[key]
+    if not isinstance(p, dict):  # (a read-only mapping: build the tables every time)
+        return build()
+    with _tables_lock:
+        if key not in p:
+            p[key] = build()
+        return p[key]
+
+
 def _exit_leaf_tables(p: dict) -> dict | None:
     """The trees as exit-leaf bit masks (see :func:`_exit_leaf_values`), built on first use
     and kept in ``p``; None when a tree has more than 64 leaves (then the trees are walked).
@@ -226,60 +240,56 @@ def _exit_leaf_tables(p: dict) -> dict | None:
     has the bits of the leaves of its left subtree cleared: a row that goes right there cannot
     end in them. The inner nodes are listed tree by tree (a tree that is a lone leaf gets one
     node whose mask clears nothing)."""
-    if "_exit_leaf" in p:
-        return p["_exit_leaf"]
-    if not isinstance(p, dict):  # (a read-only mapping: build the tables every time)
-        p = dict(p)
-    with _tables_lock:
-        if "_exit_leaf" in p:
-            return p["_exit_leaf"]
-        leaf, left, right = p["leaf"], p["left"].tolist(), p["right"].tolist()
-        is_leaf = leaf.tolist()
-        inner, clear, starts, leaves, first_leaf = [], [], [], [], []
-        most = 0
-        for root in p["roots"].tolist():
-            starts.append(len(inner))
-            first_leaf.append(len(leaves))
-            n0 = len(leaves)
-            # depth first, left before right: an inner node's left subtree has been numbered
-            # when it comes back from the stack ("mid"), and those leaves are cleared by it
-            stack = [(root, False)]
-            begin: dict[int, int] = {}
-            while stack:
-                node, mid = stack.pop()
-                if mid:
-                    inner.append(node)
-                    clear.append((begin[node] - n0, len(leaves) - n0))
-                    stack.append((right[node], False))
-                elif is_leaf[node]:
-                    leaves.append(node)
-                else:
-                    begin[node] = len(leaves)
-                    stack += [(node, True), (left[node], False)]
-            if starts[-1] == len(inner):  # a lone leaf: a node that clears nothing
-                inner.append(-1)
-                clear.append((0, 0))
-            most = max(most, len(leaves) - n0)
-        if most > 64:
-            p["_exit_leaf"] = None
-            return None
-        dtype = np.uint32 if most <= 32 else np.uint64
-        nbits = 32 if most <= 32 else 64
-        full = (1 << nbits) - 1
-        inner_a = np.array(inner, np.int64)
-        real = inner_a >= 0
-        at = np.where(real, inner_a, 0)
-        tables = {
-            "feature": np.where(real, p["feature"][at], 0),
-            "threshold": np.where(real, p["threshold"][at], np.float32(0)).astype(np.float32),
-            "mask": np.array([full & ~((1 << b) - (1 << a)) for a, b in clear], dtype),
-            "starts": np.array(starts, np.int64),
-            "first_leaf": np.array(first_leaf, np.int64) - 1,
-            "value": p["value"][np.array(leaves, np.int64)],
-            "float": np.float32 if dtype == np.uint32 else np.float64,
-        }
-        p["_exit_leaf"] = tables
-        return tables
+    return _built_once(p, "_exit_leaf", lambda: _build_exit_leaf_tables(p))
+
+
+def _build_exit_leaf_tables(p: Mapping) -> dict | None:
+    """:func:`_exit_leaf_tables`, built (None for trees of more than 64 leaves)."""
+    leaf, left, right = p["leaf"], p["left"].tolist(), p["right"].tolist()
+    is_leaf = leaf.tolist()
+    inner, clear, starts, leaves, first_leaf = [], [], [], [], []
+    most = 0
+    for root in p["roots"].tolist():
+        starts.append(len(inner))
+        first_leaf.append(len(leaves))
+        n0 = len(leaves)
+        # depth first, left before right: an inner node's left subtree has been numbered
+        # when it comes back from the stack ("mid"), and those leaves are cleared by it
+        stack = [(root, False)]
+        begin: dict[int, int] = {}
+        while stack:
+            node, mid = stack.pop()
+            if mid:
+                inner.append(node)
+                clear.append((begin[node] - n0, len(leaves) - n0))
+                stack.append((right[node], False))
+            elif is_leaf[node]:
+                leaves.append(node)
+            else:
+                begin[node] = len(leaves)
+                stack += [(node, True), (left[node], False)]
+        if starts[-1] == len(inner):  # a lone leaf: a node that clears nothing
+            inner.append(-1)
+            clear.append((0, 0))
+        most = max(most, len(leaves) - n0)
+    if most > 64:
+        return None
+    dtype = np.uint32 if most <= 32 else np.uint64
+    nbits = 32 if most <= 32 else 64
+    full = (1 << nbits) - 1
+    inner_a = np.array(inner, np.int64)
+    real = inner_a >= 0
+    at = np.where(real, inner_a, 0)
+    tables = {
+        "feature": np.where(real, p["feature"][at], 0),
+        "threshold": np.where(real, p["threshold"][at], np.float32(0)).astype(np.float32),
+        "mask": np.array([full & ~((1 << b) - (1 << a)) for a, b in clear], dtype),
+        "starts": np.array(starts, np.int64),
+        "first_leaf": np.array(first_leaf, np.int64) - 1,
+        "value": p["value"][np.array(leaves, np.int64)],
+        "float": np.float32 if dtype == np.uint32 else np.float64,
+    }
+    return tables
 
 
 def _exit_leaf_values(X: np.ndarray, t: Mapping) -> np.ndarray:
@@ -320,44 +330,40 @@ def _node_major_tables(p: dict, t: Mapping) -> dict | None:
     the low bits only, in the smallest unsigned type that holds every tree's leaves (one
     byte for trees of up to 8 leaves): a tree's leftmost reachable leaf is among its own
     leaves, so the bits above them, set in every mask, never decide."""
-    if "_exit_leaf_node_major" in p:
-        return p["_exit_leaf_node_major"]
-    if not isinstance(p, dict):  # (a read-only mapping: build the tables every time)
-        p = dict(p)
-    with _tables_lock:
-        if "_exit_leaf_node_major" in p:
-            return p["_exit_leaf_node_major"]
-        starts = t["starts"]
-        T, n_inner = starts.size, t["mask"].size
-        counts = np.diff(np.append(starts, n_inner))
-        K = int(counts.max()) if T else 0
-        if T == 0 or T * K > NODE_MAJOR_MAX_PADDING * n_inner:
-            p["_exit_leaf_node_major"] = None
-            return None
-        # leaves per tree: the values between one tree's first leaf and the next's
-        first = t["first_leaf"] + 1
-        most = int(np.diff(np.append(first, t["value"].size)).max())
-        dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
-                     if np.iinfo(d).bits >= most)
-        k = np.arange(K)
-        real = k[None, :] < counts[:, None]  # (T, K)
-        at = np.where(real, starts[:, None] + k[None, :], 0)
-        low = np.iinfo(dtype).max
-        mask = np.where(real, t["mask"][at] & low, low).astype(dtype)
-        tables = {
-            "K": K,
-            "T": T,
-            # node-major: (K, T) flattened
-            "feature": np.where(real, t["feature"][at], 0).T.reshape(-1),
-            "threshold": np.where(real, t["threshold"][at], np.float32(0)).astype(
-                np.float32).T.reshape(-1, 1),
-            "mask": mask.T.reshape(-1, 1),
-            "first_leaf": t["first_leaf"][:, None],
-            "value": t["value"],
-            "float": np.float32 if np.iinfo(dtype).bits <= 32 else np.float64,
-        }
-        p["_exit_leaf_node_major"] = tables
-        return tables
+    return _built_once(p, "_exit_leaf_node_major", lambda: _build_node_major_tables(t))
+
+
+def _build_node_major_tables(t: Mapping) -> dict | None:
+    """:func:`_node_major_tables`, built (None when padding would cost too much)."""
+    starts = t["starts"]
+    T, n_inner = starts.size, t["mask"].size
+    counts = np.diff(np.append(starts, n_inner))
+    K = int(counts.max()) if T else 0
+    if T == 0 or T * K > NODE_MAJOR_MAX_PADDING * n_inner:
+        return None
+    # leaves per tree: the values between one tree's first leaf and the next's
+    first = t["first_leaf"] + 1
+    most = int(np.diff(np.append(first, t["value"].size)).max())
+    dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
+                 if np.iinfo(d).bits >= most)
+    k = np.arange(K)
+    real = k[None, :] < counts[:, None]  # (T, K)
+    at = np.where(real, starts[:, None] + k[None, :], 0)
+    low = np.iinfo(dtype).max
+    mask = np.where(real, t["mask"][at] & low, low).astype(dtype)
+    tables = {
+        "K": K,
+        "T": T,
+        # node-major: (K, T) flattened
+        "feature": np.where(real, t["feature"][at], 0).T.reshape(-1),
+        "threshold": np.where(real, t["threshold"][at], np.float32(0)).astype(
+            np.float32).T.reshape(-1, 1),
+        "mask": mask.T.reshape(-1, 1),
+        "first_leaf": t["first_leaf"][:, None],
+        "value": t["value"],
+        "float": np.float32 if np.iinfo(dtype).bits <= 32 else np.float64,
+    }
+    return tables
 
 
 def _node_major_leaf_values(X: np.ndarray, t: Mapping) -> np.ndarray:
