@@ -122,12 +122,57 @@ def _probs(rng, hands):
     return P
 
 
+def _combine_one(hand, probs, *, classes, rule, review_threshold, photo_confidence=1.0,
+                 doubt=0.0):
+    """The rule for one region as vision.learned.combine was written before combine_all (now
+    combine is one region of combine_all): the reference the vectorised rule must equal."""
+    import math
+
+    from vision.marks import RegionReading
+
+    allowed = [m for m, _ in hand.alternatives]
+    p = {c: float(v) for c, v in zip(classes, probs) if c in allowed}
+    tot = sum(p.values())
+    p = {c: (v / tot if tot > 0 else 1.0 / len(p)) for c, v in p.items()}
+    alts = tuple(sorted(p.items(), key=lambda kv: -kv[1]))
+    mark_l, p_l = alts[0]
+    mark_h, c_h = hand.mark, float(hand.confidence)
+    agree = mark_l == mark_h
+    hand_min, learned_min, learned_alone, hand_floor = rule.thresholds(mark_l, doubt, hand.kind)
+    sure = agree and ((c_h >= hand_min and p_l >= learned_min)
+                      or (p_l >= learned_alone and c_h >= hand_floor))
+    reason = ""
+    unmeasured = hand.reason == "too few unprinted pixels to read"
+    if unmeasured:
+        sure, reason = False, hand.reason
+    elif photo_confidence < rule.photo_gate:
+        sure, reason = False, "photo too unreliable (registration/resolution)"
+    elif doubt > rule.photo_doubt_max:
+        sure, reason = False, f"photo too unclear: {doubt:.0%} of its regions are in doubt"
+    elif not agree:
+        reason = f"readers disagree (hand: {mark_h} {c_h:.3f}, learned: {mark_l} {p_l:.3f})"
+    elif not sure:
+        reason = f"low confidence ({mark_l}: hand {c_h:.4f}, learned {p_l:.4f})"
+    if sure:
+        conf = max(p_l, review_threshold)
+    else:
+        # two opinions on the reported mark; never at or above the review threshold
+        hp = dict(hand.alternatives).get(mark_l, 0.0)
+        conf = min(0.5 * (p_l + hp), p_l, math.nextafter(review_threshold, 0.0) - 1e-4)
+    feats = dict(hand.features)
+    feats.update({"hand_mark": mark_h, "hand_confidence": c_h, "learned_mark": mark_l,
+                  "learned_confidence": p_l})
+    return RegionReading(hand.region_id, hand.kind, mark_l, float(conf), not sure, alts, feats,
+                         reason)
+
+
 @pytest.mark.parametrize("doubt, photo_confidence", [(0.0, 1.0), (0.01, 0.9), (0.02, 1.0),
                                                      (0.5, 1.0), (0.0, 0.2)])
 def test_combine_all_reads_every_region_as_combine(doubt, photo_confidence):
-    """Every region as :func:`combine` reads it (repr-compared: marks, confidences and their
-    types, review, alternatives and their order, features and their order, reasons), under
-    reader-v7's rule with its tiers, the photo gate and the doubt gate."""
+    """Every region as the rule reads it one region at a time (``_combine_one``; repr-compared:
+    marks, confidences and their types, review, alternatives and their order, features and
+    their order, reasons), under reader-v7's rule with its tiers, the photo gate and the doubt
+    gate; and vision.learned.combine, one region of combine_all, reads each alike."""
     from vision.learned import combine, combine_all, default_model
     from vision.marks import MARKS
 
@@ -137,9 +182,10 @@ def test_combine_all_reads_every_region_as_combine(doubt, photo_confidence):
     P = _probs(rng, hands)
     kw = dict(classes=MARKS, rule=rule, review_threshold=0.9, photo_confidence=photo_confidence,
               doubt=doubt)
-    want = [combine(h, P[i], **kw) for i, h in enumerate(hands)]
+    want = [_combine_one(h, P[i], **kw) for i, h in enumerate(hands)]
     got = combine_all(hands, P, **kw)
     assert repr(got) == repr(want)
+    assert repr([combine(h, P[i], **kw) for i, h in enumerate(hands)]) == repr(want)
     assert [list(g.features) for g in got] == [list(w.features) for w in want]
     gated = photo_confidence < rule.photo_gate or doubt > rule.photo_doubt_max
     assert len({r.review for r in got}) == (1 if gated else 2)  # (both verdicts occur)
