@@ -967,7 +967,8 @@ def _strip_sums(values: np.ndarray, model: SheetModel) -> np.ndarray:
     src, starts, nz = model.strip_sum_idx
     out = np.zeros(len(model.region_ids) * _LINE_ANGLES * _STRIPS)
     if starts.size:
-        out[nz] = np.add.reduceat(np.asarray(values, np.float64)[src], starts)
+        # (take: the same gather as values[src], ~15 % cheaper for a flat index)
+        out[nz] = np.add.reduceat(np.take(np.asarray(values, np.float64), src), starts)
     return out
 
 
@@ -1048,11 +1049,14 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     out["line_diag"] = np.where(has, np.abs(ang - 45.0) / 45.0, 0.0)
     ar = np.arange(pos.size)
 
-    def strip_pixels(g, kk, spread=0):
-        # pixels of each region's strip g (orientation kk), or within `spread` strips of it
+    def strip_offsets(g, kk):
+        # how many strips each pixel lies from its region's strip g (orientation kk)
         kp = kk[lbl]
-        d = sbin[kp, ar] - g[lbl]
-        return np.flatnonzero(((d <= spread) & (d >= -spread)) & oka), kp
+        return sbin[kp, ar] - g[lbl], kp
+
+    def strip_pixels(d, spread=0):
+        # pixels on the strip (offsets d), or within `spread` strips of it
+        return np.flatnonzero(((d <= spread) & (d >= -spread)) & oka)
 
     def length(on, kp, valid):
         # share of the strip's 1 mm bins along its line that carry the line, and how many
@@ -1069,13 +1073,15 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
         return (np.where(valid, hit.reshape(R, _ALONG).sum(axis=1) / np.maximum(nseen, 1), 0.0),
                 nseen)
 
-    on1, kp1 = strip_pixels(g1, k1)
+    # (the first strip's offsets serve its pixels and, below, its neighbours')
+    d1, kp1 = strip_offsets(g1, k1)
+    on1 = strip_pixels(d1)
     out["line_length"], nseen = length(on1, kp1, has)
     out["line_span"] = np.where(has, nseen * k_mm / (2 * ext), 0.0)
     # Second line: the best strip at least 45 degrees from the first, without the pixels of
     # the first strip and its two neighbours (a strip across a single slash would otherwise
     # pick up where it crosses it, and the edges of a slash that falls between two strips)
-    wide1, _ = strip_pixels(g1, k1, spread=1)
+    wide1 = strip_pixels(d1, spread=1)
     b_on = sbin[:, wide1].reshape(-1)
     ssum2 = ssum - np.bincount(b_on, np.tile(za[wide1], K), nbin)
     cnt2 = cnt - np.bincount(b_on, minlength=nbin)
@@ -1094,7 +1100,8 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     out["line2_z"] = np.where(has2, m2, 0.0)
     out["line2_contrast"] = np.where(has2, m2 - rest12, 0.0)
     out["line_rest"] = np.where(has, rest12, 0.0)
-    on2, kp2 = strip_pixels(g2, k2)
+    d2, kp2 = strip_offsets(g2, k2)
+    on2 = strip_pixels(d2)
     on2 = on2[~np.isin(on2, wide1, assume_unique=True)]
     out["line2_length"], _ = length(on2, kp2, has2)
     # orientation of the ink's edges (double-angle histogram, 8 bins of 22.5 deg): hatching
@@ -1102,7 +1109,8 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     gxa, gya = gx[pos], gy[pos]
     e = gxa * gxa + gya * gya
     strong = e > 1e-6
-    phi = np.arctan2(2 * gxa[strong] * gya[strong], gxa[strong] ** 2 - gya[strong] ** 2)
+    gxs, gys = gxa[strong], gya[strong]  # (each gathered once)
+    phi = np.arctan2(2 * gxs * gys, gxs ** 2 - gys ** 2)
     ob = ((phi + math.pi) * (8 / (2 * math.pi))).astype(np.int64) % 8
     hist = np.bincount(lbl[strong].astype(np.int64) * 8 + ob, e[strong], R * 8).reshape(R, 8)
     tot = np.maximum(hist.sum(axis=1), 1e-9)
