@@ -300,3 +300,57 @@ def test_line_search_on_a_photo_is_the_search_it_was(monkeypatch):
     got = real(zp, ok, model, gx, gy)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+# --- bare cores by erosion (vision.marks._chamfer_ball) ----------------------------------------
+
+@pytest.mark.parametrize("dpi", [40.0, 60.0, 100.0, 150.0, 300.0])
+def test_erosion_by_the_chamfer_ball_is_the_distance_transform_threshold(dpi):
+    """``distanceTransform(a, DIST_L2, 3) >= radius`` and the erosion by _chamfer_ball(radius)
+    pick the same pixels: sparse to dense 0s, windows down to one row or column, 0s at the
+    window's edge (outside it counts as no 0 for both)."""
+    from vision.marks import _chamfer_ball
+
+    radius = 0.5 * dpi / 25.4  # (the bare core's radius at this dpi)
+    ball = _chamfer_ball(radius)
+    assert ball.shape[0] == ball.shape[1] and ball.shape[0] % 2 == 1
+    np.testing.assert_array_equal(ball, ball[::-1, ::-1])  # (symmetric: no anchor question)
+    rng = np.random.default_rng(int(dpi))
+    for p in (0.005, 0.05, 0.2, 0.5, 0.9):
+        for shape in ((1, 40), (40, 1), (3, 3), (61, 87), (240, 180)):
+            a = (rng.random(shape) > p).astype(np.uint8)
+            want = cv2.distanceTransform(a, cv2.DIST_L2, 3) >= radius
+            got = cv2.erode(a, ball, borderType=cv2.BORDER_CONSTANT, borderValue=1) > 0
+            np.testing.assert_array_equal(got, want)
+    assert _chamfer_ball(radius) is ball  # (built once per radius)
+
+
+def test_bare_cores_of_a_photo_are_those_of_the_distance_transform(monkeypatch):
+    """The sample photo's own pixels (captured during a read): the bare-core sums of
+    _measure_rest are those of the distance transform it replaced."""
+    from pathlib import Path
+
+    from vision import marks
+    from vision.pipeline import read_photo
+
+    seen = []
+    real = marks._measure_rest
+
+    def spy(acc, *rest):
+        seen.append((acc.sibling(), rest))
+        return real(acc, *rest)
+
+    monkeypatch.setattr(marks, "_measure_rest", spy)
+    photo = Path(__file__).resolve().parents[1] / "sample_photos" / "crypts-2-easy-s4.jpg"
+    read_photo(photo)
+    assert len(seen) == 1
+    acc, rest = seen[0]
+    model, ok, ink, rpix, (H, W) = rest[0], rest[2], rest[4], rest[10], rest[11]
+    S, k = real(acc.sibling(), *rest)
+    bare = np.zeros(H * W, np.uint8)
+    bare[rpix[ok & ~ink]] = 1
+    dist = cv2.distanceTransform(bare.reshape(H, W), cv2.DIST_L2, 3).reshape(-1)[rpix]
+    want = acc.sibling()
+    want.add(ok & (dist >= 0.5 * model.dpi / 25.4))
+    np.testing.assert_array_equal(S[k["core"]], want.sums()[0])
+    assert 0 < S[k["core"]].sum() < ok.sum()  # (some bare cores, not every pixel)
