@@ -38,6 +38,7 @@ the probability of the chosen mark, and ``review`` is set when it is below the t
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
@@ -929,9 +930,13 @@ def _measure_rest(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], 
     bare = np.zeros(H * W, np.uint8)
     bare[rpix[ok & ~ink]] = 1
     bare = bare.reshape(H, W)
-    dist = cv2.distanceTransform(bare, cv2.DIST_L2, 3).reshape(-1)[rpix]
     core_px = 0.5 * model.dpi / 25.4
-    k["core"] = acc.add(ok & (dist >= core_px))
+    # (the pixels whose chamfer distance to the nearest 0 is at least core_px, that is whose
+    # chamfer ball holds no 0: an erosion by that ball, a fifth of the distance transform's
+    # time; see _chamfer_ball. Outside the window counts as no 0, as for the transform)
+    core = cv2.erode(bare, _chamfer_ball(core_px), borderType=cv2.BORDER_CONSTANT,
+                     borderValue=1).reshape(-1)[rpix]
+    k["core"] = acc.add(ok & (core > 0))
     # Faint tint: texels above this photo's faint chroma level, and how well their hues agree
     # (1 = one hue). A pale pencil leaves one hue over the area; print fringes, JPEG colour
     # bleed and chromatic aberration leave mixed hues.
@@ -948,6 +953,25 @@ def _measure_rest(acc: _RegionSums, model: SheetModel, th: Mapping[str, float], 
         k["zb"], k["zo"] = (acc.add(np.where(_model_constants(model).banded, zp, 0.0)),
                             acc.add(np.where(model.off, zp, 0.0)))
     return acc.sums(), k
+
+
+@functools.lru_cache(maxsize=8)
+def _chamfer_ball(radius: float) -> np.ndarray:
+    """The offsets whose distance from a pixel, as ``cv2.distanceTransform(..., cv2.DIST_L2,
+    3)`` measures it (the 3 x 3 chamfer metric), is below ``radius``: a symmetric uint8
+    kernel (1 inside). ``distanceTransform(a) >= radius`` at a pixel exactly when no 0 of
+    ``a`` lies at one of these offsets (the transform is the least chamfer distance to a 0,
+    and the ball is measured by the same transform, from a lone 0), so an erosion of a 0/1
+    image by this kernel gives the same pixels. Read-only."""
+    r = int(math.ceil(radius / 0.9)) + 2  # (a step costs at least 0.955 px in this metric)
+    one = np.ones((2 * r + 1, 2 * r + 1), np.uint8)
+    one[r, r] = 0
+    inside = cv2.distanceTransform(one, cv2.DIST_L2, 3) < radius
+    ys, xs = np.nonzero(inside)
+    m = int(max(np.abs(ys - r).max(), np.abs(xs - r).max()))
+    ball = np.ascontiguousarray(inside[r - m:r + m + 1, r - m:r + m + 1], np.uint8)
+    ball.setflags(write=False)
+    return ball
 
 
 #: Ink contrast per pixel is clipped here (noise units): one very dark texel must not make a
@@ -967,7 +991,8 @@ def _strip_sums(values: np.ndarray, model: SheetModel) -> np.ndarray:
     src, starts, nz = model.strip_sum_idx
     out = np.zeros(len(model.region_ids) * _LINE_ANGLES * _STRIPS)
     if starts.size:
-        out[nz] = np.add.reduceat(np.asarray(values, np.float64)[src], starts)
+        # (take: the same gather as values[src], ~15 % cheaper for a flat index)
+        out[nz] = np.add.reduceat(np.take(np.asarray(values, np.float64), src), starts)
     return out
 
 
@@ -1048,11 +1073,14 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     out["line_diag"] = np.where(has, np.abs(ang - 45.0) / 45.0, 0.0)
     ar = np.arange(pos.size)
 
-    def strip_pixels(g, kk, spread=0):
-        # pixels of each region's strip g (orientation kk), or within `spread` strips of it
+    def strip_offsets(g, kk):
+        # how many strips each pixel lies from its region's strip g (orientation kk)
         kp = kk[lbl]
-        d = sbin[kp, ar] - g[lbl]
-        return np.flatnonzero(((d <= spread) & (d >= -spread)) & oka), kp
+        return sbin[kp, ar] - g[lbl], kp
+
+    def strip_pixels(d, spread=0):
+        # pixels on the strip (offsets d), or within `spread` strips of it
+        return np.flatnonzero(((d <= spread) & (d >= -spread)) & oka)
 
     def length(on, kp, valid):
         # share of the strip's 1 mm bins along its line that carry the line, and how many
@@ -1069,13 +1097,15 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
         return (np.where(valid, hit.reshape(R, _ALONG).sum(axis=1) / np.maximum(nseen, 1), 0.0),
                 nseen)
 
-    on1, kp1 = strip_pixels(g1, k1)
+    # (the first strip's offsets serve its pixels and, below, its neighbours')
+    d1, kp1 = strip_offsets(g1, k1)
+    on1 = strip_pixels(d1)
     out["line_length"], nseen = length(on1, kp1, has)
     out["line_span"] = np.where(has, nseen * k_mm / (2 * ext), 0.0)
     # Second line: the best strip at least 45 degrees from the first, without the pixels of
     # the first strip and its two neighbours (a strip across a single slash would otherwise
     # pick up where it crosses it, and the edges of a slash that falls between two strips)
-    wide1, _ = strip_pixels(g1, k1, spread=1)
+    wide1 = strip_pixels(d1, spread=1)
     b_on = sbin[:, wide1].reshape(-1)
     ssum2 = ssum - np.bincount(b_on, np.tile(za[wide1], K), nbin)
     cnt2 = cnt - np.bincount(b_on, minlength=nbin)
@@ -1094,7 +1124,8 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     out["line2_z"] = np.where(has2, m2, 0.0)
     out["line2_contrast"] = np.where(has2, m2 - rest12, 0.0)
     out["line_rest"] = np.where(has, rest12, 0.0)
-    on2, kp2 = strip_pixels(g2, k2)
+    d2, kp2 = strip_offsets(g2, k2)
+    on2 = strip_pixels(d2)
     on2 = on2[~np.isin(on2, wide1, assume_unique=True)]
     out["line2_length"], _ = length(on2, kp2, has2)
     # orientation of the ink's edges (double-angle histogram, 8 bins of 22.5 deg): hatching
@@ -1102,7 +1133,8 @@ def _measure_lines(zp: np.ndarray, ok: np.ndarray, model: SheetModel, gx: np.nda
     gxa, gya = gx[pos], gy[pos]
     e = gxa * gxa + gya * gya
     strong = e > 1e-6
-    phi = np.arctan2(2 * gxa[strong] * gya[strong], gxa[strong] ** 2 - gya[strong] ** 2)
+    gxs, gys = gxa[strong], gya[strong]  # (each gathered once)
+    phi = np.arctan2(2 * gxs * gys, gxs ** 2 - gys ** 2)
     ob = ((phi + math.pi) * (8 / (2 * math.pi))).astype(np.int64) % 8
     hist = np.bincount(lbl[strong].astype(np.int64) * 8 + ob, e[strong], R * 8).reshape(R, 8)
     tot = np.maximum(hist.sum(axis=1), 1e-9)

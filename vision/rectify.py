@@ -49,6 +49,7 @@ Frame: output pixel (i, j) has its centre at (x, y) = ((j + 0.5), (i + 0.5)) px 
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field
 
 import cv2
@@ -56,7 +57,7 @@ import numpy as np
 
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, frame_to_image_index_map,
                                  paper_level, photo_grey, project, reference_render)
-from vision._geom_threads import both, split_map, threads
+from vision._geom_threads import both, start, threads
 from vision.locate import SheetLocation
 
 __all__ = ["RectifiedSheet", "rectify_sheet", "prepare", "measure_alignment", "frame_position"]
@@ -199,8 +200,8 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
     pc = cv2.phaseCorrelate
     # (OpenCV releases the GIL: two threads halve the wall time when a second core is free;
     # each tile's estimate is the same whichever thread measures it)
-    est = split_map(lambda lo, hi: [pc(patches[sel[i]], tiles[i]) for i in range(lo, hi)],
-                    len(sel), min_split=16)
+    est = _shared_map(lambda lo, hi: [pc(patches[sel[i]], tiles[i]) for i in range(lo, hi)],
+                      len(sel))
     if not est:
         return shifts, weight, (rt.cy, rt.cx)
     # the verdicts for all tiles at once (the same float64 arithmetic as per tile)
@@ -213,6 +214,45 @@ def _measure_tiles(photo_ink: np.ndarray, rt: _RefTiles, *, max_shift: float,
     shifts[r, c] = d[keep]
     weight[r, c] = resp[keep] * np.minimum(1.0, rt.iso[n] * 4)
     return shifts, weight, (rt.cy, rt.cx)
+
+
+#: Tiles per share of the phase correlations that the two threads take in turn
+#: (:func:`_shared_map`): ~0.25 ms of work each.
+_PC_CHUNK = 8
+
+
+def _shared_map(fn, n: int, *, chunk: int = _PC_CHUNK) -> list:
+    """``fn(0, n)`` as a list, computed in chunks of ``chunk`` items that the calling thread
+    and the helper thread (when two threads are allowed) take in turn from a shared counter:
+    whichever thread is free takes the next chunk, so that neither waits for the other at the
+    end for longer than one chunk (halves, ``split_map``, left the caller waiting whenever the
+    helper started its half late). ``fn(lo, hi)`` must return one result per item and depend on
+    nothing but its items: each item's result is the same whichever thread computes it."""
+    if n < 2 * chunk or threads() < 2:
+        return list(fn(0, n))
+    parts: list = [None] * (-(-n // chunk))
+    taken = iter(range(len(parts)))
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                k = next(taken, None)
+            if k is None:
+                return
+            parts[k] = fn(k * chunk, min(n, (k + 1) * chunk))
+
+    helper = start(work)
+    try:
+        work()
+    except BaseException:
+        try:
+            helper.result()  # (let it finish: it shares the caller's arrays)
+        except BaseException:  # noqa: BLE001 - the caller's error is the one raised
+            pass
+        raise
+    helper.result()  # (the chunk it is on, if any; its own error, if any)
+    return [e for p in parts for e in p]
 
 
 def measure_alignment(photo_ink: np.ndarray, ref_ink: np.ndarray, *, tile: int, stride: int,
