@@ -105,6 +105,21 @@ def tone_of(d) -> bool:
     return bool(d["tone_correction"]) if "tone_correction" in d else False
 
 
+def model_feature_names(drop: str) -> tuple[str, ...]:
+    """``FEATURE_NAMES`` without the columns named in ``drop`` (comma-separated names, or
+    prefixes ending in ``*``); an unknown name is an error, not silently ignored."""
+    out = list(FEATURE_NAMES)
+    for item in (x.strip() for x in drop.split(",") if x.strip()):
+        if item.endswith("*"):
+            gone = [n for n in out if n.startswith(item[:-1])]
+        else:
+            gone = [n for n in out if n == item]
+        if not gone:
+            sys.exit(f"--drop {item!r} names no feature column (see vision.marks.FEATURE_NAMES)")
+        out = [n for n in out if n not in gone]
+    return tuple(out)
+
+
 def hand_conf(d):
     return d["X"][:, FEATURE_NAMES.index("hand_confidence")]
 
@@ -478,6 +493,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lopo", action="store_true",
                     help="choose the rule also on leave-one-painter-out readings of the "
                          "calibration photos (needs two training painters)")
+    ap.add_argument("--drop", default="",
+                    help="feature columns the model does not read, comma-separated names or "
+                         "prefixes ending in * (e.g. ev_ring_*): a model that does not read a "
+                         "column never pays for measuring it")
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
     tier_only_marks = [m for m in args.tier_only.split(",") if m]
@@ -510,15 +529,18 @@ def main(argv=None) -> int:
         hand_cols = [j for j, n in enumerate(FEATURE_NAMES) if n.startswith("hand_")]
         X = X.copy()
         X[:, hand_cols] = 0.0
+    names = model_feature_names(args.drop)
+    keep = [FEATURE_NAMES.index(n) for n in names]
+    Xk = X[:, keep]  # the model's own columns: what it is fitted on
     print(f"train: {fit.sum()} regions / {(~calib_ph).sum()} photos; calibration: {cal.sum()} / "
-          f"{calib_ph.sum()}", file=sys.stderr)
+          f"{calib_ph.sum()}; {len(names)} of {len(FEATURE_NAMES)} columns", file=sys.stderr)
     def fit_gbdt(rows):
         from sklearn.ensemble import HistGradientBoostingClassifier
         m = HistGradientBoostingClassifier(
             max_iter=args.iters, learning_rate=args.lr, max_leaf_nodes=args.leaves,
             min_samples_leaf=args.min_leaf, l2_regularization=args.l2, early_stopping=False,
             random_state=args.seed)
-        m.fit(X[rows], y[rows])
+        m.fit(Xk[rows], y[rows])
         return m
 
     if args.kind == "gbdt":
@@ -526,16 +548,16 @@ def main(argv=None) -> int:
         body = export_gbdt(clf)
     else:
         from sklearn.neural_network import MLPClassifier
-        mean = X[fit].mean(axis=0)
-        scale = X[fit].std(axis=0) + 1e-3
+        mean = Xk[fit].mean(axis=0)
+        scale = Xk[fit].std(axis=0) + 1e-3
         clip = 6.0
-        Z = np.clip((X[fit] - mean) / scale, -clip, clip)
+        Z = np.clip((Xk[fit] - mean) / scale, -clip, clip)
         clf = MLPClassifier(hidden_layer_sizes=(64, 32), alpha=1e-3, max_iter=300,
                             early_stopping=True, random_state=args.seed)
         clf.fit(Z, y[fit])
         body = export_mlp(clf, mean, scale, clip)
     doc = {"format": MODEL_FORMAT, "id": Path(args.out).stem, "kind": args.kind,
-           "classes": list(MARKS), "feature_names": list(FEATURE_NAMES), args.kind: body,
+           "classes": list(MARKS), "feature_names": list(names), args.kind: body,
            "temperature": 1.0}
     reader = model_from_dict(doc, source="<training>")
     # A few stored rows with scikit-learn's own probabilities: the test that the JSON model,
@@ -546,7 +568,8 @@ def main(argv=None) -> int:
         if idx.size:
             check_rows += idx[:: max(1, idx.size // 2)][:2].tolist()
     Xc = X[check_rows]
-    sk = clf.predict_proba(Xc if args.kind == "gbdt" else np.clip((Xc - mean) / scale, -clip, clip))
+    Xck = Xk[check_rows]
+    sk = clf.predict_proba(Xck if args.kind == "gbdt" else np.clip((Xck - mean) / scale, -clip, clip))
     sk_full = np.zeros((len(check_rows), len(MARKS)))
     sk_full[:, clf.classes_] = sk
     ours = reader.predict_proba(Xc, calibrated=False)

@@ -194,3 +194,16 @@ def test_a_tier_only_mark_too_rare_on_the_clearest_photos_is_confident_in_the_ne
     assert rule.tiers[0][0] == 0.0 and "blue" in rule.tiers[0][1]
     assert sure[:1700].mean() > 0.9 and not sure[1700:4700].any()
     assert rule.thresholds("empty", 0.0, "box") == rule.thresholds("empty", 0.01, "box")
+
+
+def test_dropped_columns_are_left_out_of_the_model_and_an_unknown_name_is_refused():
+    from vision._evidence import EVIDENCE_FEATURES
+    from vision.marks import FEATURE_NAMES
+    names = train_reader.model_feature_names("ev_ring_*,gd_len")
+    assert not set(EVIDENCE_FEATURES) & set(names) and "gd_len" not in names
+    assert len(names) == len(FEATURE_NAMES) - len(EVIDENCE_FEATURES) - 1
+    # the order of the columns kept is the reader's own
+    assert list(names) == [n for n in FEATURE_NAMES if n in names]
+    assert train_reader.model_feature_names("") == FEATURE_NAMES
+    with pytest.raises(SystemExit, match="names no feature column"):
+        train_reader.model_feature_names("ev_rings_*")

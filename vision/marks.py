@@ -50,6 +50,7 @@ import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
 from vision._evidence import EVIDENCE_FEATURES, evidence_features
+from vision._guide import GUIDE_FEATURES, guide_features
 from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
                            linear_to_lab, load_palette)
@@ -1202,7 +1203,7 @@ FEATURE_NAMES = (
     "photo_paper_coverage",
     # pencil in a ring along the region's outline (vision._evidence): appended last, so that
     # every model made for the shorter list reads its columns where they were
-) + EVIDENCE_FEATURES
+) + EVIDENCE_FEATURES + GUIDE_FEATURES  # then pencil on connections' guides (vision._guide)
 
 #: The columns of ``FEATURE_NAMES`` measured by the straight-line search and its kin
 #: (``_measure_lines``); left 0 when the model in use reads none of them.
@@ -1215,7 +1216,8 @@ LINE_FEATURES = frozenset(("ink_z", "z3_share", "diag_z", "sector_z", "line_z", 
 def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette, prior: Palette,
                           th: Mapping[str, float], hand: Mapping[str, RegionReading],
                           internals, *, photo_features: Mapping[str, float] | None = None,
-                          evidence: np.ndarray | None = None) -> np.ndarray:
+                          evidence: np.ndarray | None = None,
+                          guide: np.ndarray | None = None) -> np.ndarray:
     """The learned reader's input: one row per readable region, columns ``FEATURE_NAMES``.
 
     Parameters
@@ -1237,6 +1239,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         Keys of ``PHOTO_FEATURE_DEFAULTS``; missing keys take the default.
     evidence : (R, len(EVIDENCE_FEATURES)) ndarray, optional
         ``vision._evidence.evidence_features`` of this photo (default: those columns are 0).
+    guide : (R, len(GUIDE_FEATURES)) ndarray, optional
+        ``vision._guide.guide_features`` of this photo (default: those columns are 0).
 
     Returns
     -------
@@ -1334,6 +1338,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
     put("photo_paper_coverage", ph["paper_coverage"])
     if evidence is not None:
         X[:, col[EVIDENCE_FEATURES[0]]:col[EVIDENCE_FEATURES[-1]] + 1] = evidence
+    if guide is not None:
+        X[:, col[GUIDE_FEATURES[0]]:col[GUIDE_FEATURES[-1]] + 1] = guide
     return X
 
 
@@ -1506,8 +1512,11 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         ev = None  # (only when the model reads them, or the matrix is kept for a dataset)
         if keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names):
             ev = evidence_features(sample, model, th=th, palette=pal, valid=valid)
+        gd = None
+        if keep_matrix or not set(GUIDE_FEATURES).isdisjoint(learned.feature_names):
+            gd = guide_features(sample, model, palette=pal, ok=ok)
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
-                                       photo_features=photo_features, evidence=ev)
+                                       photo_features=photo_features, evidence=ev, guide=gd)
     if learned is not None:
         # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
         # gate for unusable photos; the photo's quality figures are features of the model.
