@@ -137,3 +137,33 @@ def test_guide_columns_are_measured_only_for_a_model_that_reads_them(reefs, monk
     rest = [j for j in range(len(FEATURE_NAMES)) if j not in cols
             and FEATURE_NAMES[j] not in EVIDENCE_FEATURES]
     np.testing.assert_array_equal(lean.matrix[:, rest], kept.matrix[:, rest])
+
+
+def test_print_outside_the_photo_is_not_measured(reefs):
+    """A sheet cut off by the frame: the print and paper samples beyond the photo's edge say
+    nothing about glare (they hold whatever the warp put there), so they are not measured."""
+    from vision._guide import guide_features
+    from vision.colour import load_palette
+    t, render, model = reefs
+    image = _camera_blur(render.copy())
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    H, W = model.shape
+    valid = np.ones((H, W), bool)
+    valid[:, W // 2:] = False
+    lin = light.linear.copy()
+    lin[~valid] = 0.0  # beyond the edge: black, as a warp leaves it
+
+    def sample(idx):
+        return lin.reshape(-1, 3)[idx]
+
+    pal = load_palette("default")
+    cut = guide_features(sample, model, palette=pal, valid=valid)
+    blind = guide_features(sample, model, palette=pal)
+    seen = cut[:, -1]
+    left = np.array([t.region(r).shape.bbox()[2] * DPI / 25.4 < W // 2 - 5 * DPI / 25.4
+                     for r in model.region_ids])
+    assert left.sum() >= 10 and (~left).sum() >= 10
+    # the visible half reads as seen, and the cut-off half is not taken for glare either
+    assert np.median(seen[left]) > 0.8 and seen.min() > 0.5
+    # without the mask the black beyond the edge would be read as print of no contrast
+    assert blind[~left, -1].min() < 0.5

@@ -184,7 +184,8 @@ def _reference(values: np.ndarray, *, floor: float) -> tuple[float, float]:
     return ref, max(spread, floor)
 
 
-def guide_features(sample, model, *, palette, ok: np.ndarray | None = None) -> np.ndarray:
+def guide_features(sample, model, *, palette, ok: np.ndarray | None = None,
+                   valid: np.ndarray | None = None) -> np.ndarray:
     """The columns ``GUIDE_FEATURES`` of one photo.
 
     Parameters
@@ -198,6 +199,9 @@ def guide_features(sample, model, *, palette, ok: np.ndarray | None = None) -> n
         The pencils calibrated on this photo.
     ok : (P,) bool ndarray, optional
         Which of ``model.pix`` came from inside the photo.
+    valid : (H, W) bool ndarray, optional
+        Which pixels of the model's frame came from inside the photo (the print and paper
+        samples of ``print_seen`` outside it are not measured).
 
     Returns
     -------
@@ -212,10 +216,15 @@ def guide_features(sample, model, *, palette, ok: np.ndarray | None = None) -> n
     if g.print_pix.size and g.paper_pix.size:
         yp = np.asarray(sample(g.print_pix), np.float32) @ _LUM
         ya = np.asarray(sample(g.paper_pix), np.float32) @ _LUM
-        n_p = np.bincount(g.print_label, minlength=R)
-        n_a = np.bincount(g.paper_label, minlength=R)
-        mp = np.bincount(g.print_label, yp, R) / np.maximum(n_p, 1)
-        ma = np.bincount(g.paper_label, ya, R) / np.maximum(n_a, 1)
+        if valid is None:
+            vp, va = np.ones(yp.size, bool), np.ones(ya.size, bool)
+        else:
+            flat = np.asarray(valid, bool).reshape(-1)
+            vp, va = flat[g.print_pix], flat[g.paper_pix]
+        n_p = np.bincount(g.print_label, vp, R)
+        n_a = np.bincount(g.paper_label, va, R)
+        mp = np.bincount(g.print_label, np.where(vp, yp, 0.0), R) / np.maximum(n_p, 1)
+        ma = np.bincount(g.paper_label, np.where(va, ya, 0.0), R) / np.maximum(n_a, 1)
         has = (n_p >= 4) & (n_a >= 4)
         contrast = ma - mp
         if has.any():

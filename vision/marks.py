@@ -1514,7 +1514,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
             ev = evidence_features(sample, model, th=th, palette=pal, valid=valid)
         gd = None
         if keep_matrix or not set(GUIDE_FEATURES).isdisjoint(learned.feature_names):
-            gd = guide_features(sample, model, palette=pal, ok=ok)
+            gd = guide_features(sample, model, palette=pal, ok=ok, valid=valid)
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
                                        photo_features=photo_features, evidence=ev, guide=gd)
     if learned is not None:
