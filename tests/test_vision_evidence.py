@@ -142,7 +142,9 @@ def test_ring_columns_are_measured_only_for_a_model_that_reads_them(crypts, monk
         raise AssertionError("ring columns measured for a model that does not read them")
 
     monkeypatch.setattr("vision.marks.evidence_features", refuse)
-    lean = classify_sheet(light.linear, model, learned="default")  # reader-v7: no ev_ columns
+    from vision.learned import MODEL_DIR, load_model
+    v7 = load_model(MODEL_DIR / "reader-v7.json")  # (reads no ev_ column)
+    lean = classify_sheet(light.linear, model, learned=v7)
     assert lean.matrix is not None
     ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES]
     assert not lean.matrix[:, ring].any()

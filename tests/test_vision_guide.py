@@ -136,7 +136,9 @@ def test_guide_columns_are_measured_only_for_a_model_that_reads_them(reefs, monk
         raise AssertionError("guide columns measured for a model that does not read them")
 
     monkeypatch.setattr("vision.marks.guide_features", refuse)
-    lean = classify_sheet(light.linear, model, learned="default")  # reader-v7: no gd_ columns
+    from vision.learned import MODEL_DIR, load_model
+    v7 = load_model(MODEL_DIR / "reader-v7.json")  # (reads no gd_ column)
+    lean = classify_sheet(light.linear, model, learned=v7)
     cols = [COL[n] for n in GUIDE_FEATURES]
     assert not lean.matrix[:, cols].any()
     from vision._evidence import X_FEATURES
