@@ -62,8 +62,9 @@ def _area_ids(t, model, kind):
 
 def test_evidence_columns_are_appended_last_to_the_feature_list():
     # (then the guide columns of vision._guide, appended after them)
+    from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
-    n = len(GUIDE_FEATURES)
+    n = len(GUIDE_FEATURES) + len(X_FEATURES)
     assert FEATURE_NAMES[-len(EVIDENCE_FEATURES) - n:-n] == EVIDENCE_FEATURES
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
 
@@ -141,13 +142,58 @@ def test_ring_columns_are_measured_only_for_a_model_that_reads_them(crypts, monk
         raise AssertionError("ring columns measured for a model that does not read them")
 
     monkeypatch.setattr("vision.marks.evidence_features", refuse)
-    lean = classify_sheet(light.linear, model, learned="default")  # reader-v7: no ev_ columns
+    from vision.learned import MODEL_DIR, load_model
+    v7 = load_model(MODEL_DIR / "reader-v7.json")  # (reads no ev_ column)
+    lean = classify_sheet(light.linear, model, learned=v7)
     assert lean.matrix is not None
     ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES]
     assert not lean.matrix[:, ring].any()
     # every other column the same, but the guide columns (vision._guide): not read by
     # reader-v7 either, so not measured for it
     from vision._guide import GUIDE_FEATURES
+    from vision._evidence import X_FEATURES
     rest = [j for j, n in enumerate(FEATURE_NAMES) if n not in EVIDENCE_FEATURES
-            and n not in GUIDE_FEATURES]
+            and n not in GUIDE_FEATURES and n not in X_FEATURES]
     np.testing.assert_array_equal(lean.matrix[:, rest], kept.matrix[:, rest])
+
+
+def _cross(image, poly, colour, *, width_mm=0.8, reach=1.1):
+    """A cross drawn corner to corner over ``poly``'s bounding box (px), a little past it."""
+    k = DPI / 25.4
+    (x0, y0), (x1, y1) = poly.min(axis=0), poly.max(axis=0)
+    c = np.array([(x0 + x1) / 2, (y0 + y1) / 2])
+    h = np.array([(x1 - x0) / 2, (y1 - y0) / 2]) * reach
+    for sx in (-1, 1):
+        a, b = c + h * [-1, -sx], c + h * [1, sx]
+        cv2.line(image, tuple(int(round(v * 16)) for v in a), tuple(int(round(v * 16)) for v in b),
+                 colour, max(1, int(round(width_mm * k))), cv2.LINE_AA, 4)
+
+
+def _fill(image, poly, colour):
+    pts = np.round((poly - 0.5) * 16).astype(np.int32).reshape(-1, 1, 2)
+    cv2.fillPoly(image, [pts], colour, lineType=cv2.LINE_AA, shift=4)
+
+
+def test_a_cross_over_a_symbol_cell_shows_in_the_ring_where_the_cell_has_no_x_test(crypts):
+    """Crypts symbol cells whose printed glyph leaves no usable pixel between a cross's arms
+    (SheetModel.off) cannot tell a cross from a fill by themselves; the ring can."""
+    from vision._evidence import X_FEATURES, x_features
+    t, render, model = crypts
+    blind = [rid for i, rid in enumerate(model.region_ids) if not model.is_line[i]
+             and t.region(rid).kind == "symbol" and not model.off[model.label == i].any()]
+    assert len(blind) >= 6, "some symbol cells have no pixel between a cross's arms"
+    crossed, filled, blank = blind[0], blind[2], blind[4]
+    image = render.copy()
+    _cross(image, _poly_px(t, crossed), RED)
+    _fill(image, _poly_px(t, filled), RED)
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    th = {"chroma": 12.0, "dark_l": 80.0, "paper_chroma_sd": 1.0}
+    X = x_features(light.sample, model, th=th)
+    assert X.shape == (len(model.region_ids), len(X_FEATURES))
+    col = {n: j for j, n in enumerate(X_FEATURES)}
+    ids = list(model.region_ids)
+    a, b, c = ids.index(crossed), ids.index(filled), ids.index(blank)
+    assert X[a, col["ev_x_contrast"]] > 0.3 and X[a, col["ev_x_in_contrast"]] > 0.3
+    assert abs(X[b, col["ev_x_contrast"]]) < 0.15 and X[b, col["ev_x_side"]] > 0.5
+    assert not X[c].any()
+    assert not X[np.asarray(model.is_line)].any(), "connections get zeros"

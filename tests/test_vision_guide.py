@@ -55,9 +55,14 @@ def _matrix(model, image):
     return classify_sheet(light.linear, model, learned=None, keep_matrix=True)
 
 
-def test_guide_columns_are_appended_last_to_the_feature_list():
-    assert FEATURE_NAMES[-len(GUIDE_FEATURES):] == GUIDE_FEATURES
-    assert FEATURE_NAMES[-len(GUIDE_FEATURES) - len(EVIDENCE_FEATURES):-len(GUIDE_FEATURES)] == \
+def test_guide_columns_are_appended_after_the_ring_columns():
+    # (and the X columns of vision._evidence.x_features after them)
+    from vision._evidence import X_FEATURES
+    n = len(X_FEATURES)
+    assert FEATURE_NAMES[-n:] == X_FEATURES
+    assert FEATURE_NAMES[-len(GUIDE_FEATURES) - n:-n] == GUIDE_FEATURES
+    assert FEATURE_NAMES[-len(GUIDE_FEATURES) - len(EVIDENCE_FEATURES) - n:
+                         -len(GUIDE_FEATURES) - n] == \
         EVIDENCE_FEATURES, "the ring columns stay where models fitted with them read them"
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
 
@@ -131,11 +136,14 @@ def test_guide_columns_are_measured_only_for_a_model_that_reads_them(reefs, monk
         raise AssertionError("guide columns measured for a model that does not read them")
 
     monkeypatch.setattr("vision.marks.guide_features", refuse)
-    lean = classify_sheet(light.linear, model, learned="default")  # reader-v7: no gd_ columns
+    from vision.learned import MODEL_DIR, load_model
+    v7 = load_model(MODEL_DIR / "reader-v7.json")  # (reads no gd_ column)
+    lean = classify_sheet(light.linear, model, learned=v7)
     cols = [COL[n] for n in GUIDE_FEATURES]
     assert not lean.matrix[:, cols].any()
+    from vision._evidence import X_FEATURES
     rest = [j for j in range(len(FEATURE_NAMES)) if j not in cols
-            and FEATURE_NAMES[j] not in EVIDENCE_FEATURES]
+            and FEATURE_NAMES[j] not in EVIDENCE_FEATURES + X_FEATURES]
     np.testing.assert_array_equal(lean.matrix[:, rest], kept.matrix[:, rest])
 
 

@@ -568,8 +568,9 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     assert not lean.matrix[:, cols].any() and full.matrix[:, cols].any()
     # the ring columns and the guide columns too are computed only when asked or for a
     # model that reads them
+    from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
-    ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES + GUIDE_FEATURES]
+    ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES]
     assert not lean.matrix[:, ring].any() and full.matrix[:, ring].any()
     other = [j for j in range(len(FEATURE_NAMES)) if j not in cols and j not in ring]
     np.testing.assert_array_equal(lean.matrix[:, other], full.matrix[:, other])

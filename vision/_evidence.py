@@ -63,6 +63,18 @@ SECTOR_SHARE = 0.25
 #: pencil: they are not measured.
 PRINT_MIN_LUMINANCE = 0.5
 
+#: A ring pixel is on a cross's way out within this many degrees of a diagonal (in the box's
+#: proportions) ...
+X_DIAG_DEG = 12.0
+#: ... and towards the middle of a side beyond this many.
+X_SIDE_DEG = 30.0
+
+#: The X columns (appended after the guide columns of ``vision._guide``): ink in the ring
+#: where a cross leaves it (its arms run out through the corners) against where it does not
+#: (the middles of the sides), measured on the ring because the middle of many printed symbol
+#: cells holds no usable pixel between the arms: their own X test has nothing to compare.
+X_FEATURES = ("ev_x_diag", "ev_x_side", "ev_x_contrast", "ev_x_in_contrast")
+
 _LUM = np.array([0.2126, 0.7152, 0.0722], np.float32)
 _Z_CLIP = 10.0
 
@@ -85,6 +97,11 @@ class RingGeometry:
         The clean print's linear RGB at each pixel (1 on paper): divided out of the photo.
     regions : int
         Number of regions of the model.
+    xzone : (Q,) int8 ndarray
+        Where the pixel lies against a cross drawn over the region (corner to corner of its
+        bounding box): 1 on a diagonal's way out (within ``X_DIAG_DEG`` of it, in the box's
+        own proportions), 2 towards the middle of a side (more than ``X_SIDE_DEG`` from both
+        diagonals), 0 between.
     """
 
     pix: np.ndarray
@@ -93,6 +110,7 @@ class RingGeometry:
     sector: np.ndarray
     divisor: np.ndarray
     regions: int
+    xzone: np.ndarray
 
 
 def build_ring_geometry(model) -> RingGeometry:
@@ -111,7 +129,7 @@ def build_ring_geometry(model) -> RingGeometry:
     lum = model.expected @ _LUM
     r_in, r_out = RING_IN_MM * k, RING_OUT_MM * k
     pad = int(np.ceil(r_out)) + 2
-    out = {"pix": [], "label": [], "inner": [], "sector": []}
+    out = {"pix": [], "label": [], "inner": [], "sector": [], "xzone": []}
     for i, poly in enumerate(polys):
         if model.is_line[i]:
             continue
@@ -137,6 +155,14 @@ def build_ring_geometry(model) -> RingGeometry:
         cx, cy = poly.mean(axis=0)
         ang = np.arctan2(rr + 0.5 + y0 - cy, cc + 0.5 + x0 - cx)
         sec = np.minimum(((ang + np.pi) / (2 * np.pi) * SECTORS).astype(np.int64), SECTORS - 1)
+        # the angle in the bounding box's own proportions: its corners at 45 degrees
+        bx0, by0 = poly.min(axis=0)
+        bx1, by1 = poly.max(axis=0)
+        hx, hy = max((bx1 - bx0) / 2, 1e-6), max((by1 - by0) / 2, 1e-6)
+        cbx, cby = (bx0 + bx1) / 2, (by0 + by1) / 2
+        a_box = np.degrees(np.arctan2(np.abs(rr + 0.5 + y0 - cby) / hy, np.abs(cc + 0.5 + x0 - cbx) / hx))
+        off_diag = np.abs(a_box - 45.0)
+        out["xzone"].append(np.where(off_diag <= X_DIAG_DEG, 1, np.where(off_diag >= X_SIDE_DEG, 2, 0)))
         out["pix"].append((rr + y0).astype(np.int64) * W + (cc + x0))
         out["label"].append(np.full(rr.size, i, np.int64))
         out["inner"].append(inner[rr, cc])
@@ -148,7 +174,7 @@ def build_ring_geometry(model) -> RingGeometry:
     pix = cat("pix", np.int64)
     div = np.maximum(model.expected.reshape(-1, 3)[pix], 0.15).astype(np.float32)
     return RingGeometry(pix, cat("label", np.int64), cat("inner", bool), cat("sector", np.int64),
-                        div, len(regions))
+                        div, len(regions), cat("xzone", np.int8))
 
 
 def _fill(mask: np.ndarray, poly_px: np.ndarray, value: int) -> None:
@@ -238,5 +264,41 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     return X
 
 
-__all__ = ["EVIDENCE_FEATURES", "RingGeometry", "build_ring_geometry", "evidence_features",
-           "ring_geometry"]
+def x_features(sample, model, *, th, valid: np.ndarray | None = None) -> np.ndarray:
+    """The X columns (``X_FEATURES``) of one photo: the share of the ring's pixels that carry
+    pencil (coloured or dark) on the diagonals' way out and towards the sides' middles, their
+    difference, and the same difference on the ring's inner half alone. A cross: high on the
+    diagonals, low at the sides; a fill, a traced outline, an overshooting fill: alike on both.
+    Same arguments as :func:`evidence_features` (no palette needed)."""
+    g = ring_geometry(model)
+    R = g.regions
+    X = np.zeros((R, len(X_FEATURES)), np.float32)
+    if g.pix.size == 0:
+        return X
+    ok = np.ones(g.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[g.pix]
+    lab = linear_to_lab(np.asarray(sample(g.pix), np.float32) / g.divisor)
+    L, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
+    ink = ok & ((C >= float(th["chroma"])) | (L <= float(th["dark_l"])))
+
+    def share(zone, sel):
+        m = sel & (g.xzone == zone) & ok
+        n = np.bincount(g.label, m, R)
+        return np.bincount(g.label, m & ink, R) / np.maximum(n, 1), n
+
+    every = np.ones(g.pix.size, bool)
+    d_all, nd = share(1, every)
+    s_all, ns = share(2, every)
+    d_in, ndi = share(1, g.inner)
+    s_in, nsi = share(2, g.inner)
+    has = (nd >= SECTOR_MIN_PIXELS) & (ns >= SECTOR_MIN_PIXELS)
+    has_in = (ndi >= SECTOR_MIN_PIXELS) & (nsi >= SECTOR_MIN_PIXELS)
+    X[:, 0] = np.where(has, d_all, 0.0)
+    X[:, 1] = np.where(has, s_all, 0.0)
+    X[:, 2] = np.where(has, d_all - s_all, 0.0)
+    X[:, 3] = np.where(has_in, d_in - s_in, 0.0)
+    X[np.asarray(model.is_line[:R], bool)] = 0.0
+    return X
+
+
+__all__ = ["EVIDENCE_FEATURES", "RingGeometry", "X_FEATURES", "build_ring_geometry",
+           "evidence_features", "ring_geometry", "x_features"]

@@ -49,7 +49,7 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
-from vision._evidence import EVIDENCE_FEATURES, evidence_features
+from vision._evidence import EVIDENCE_FEATURES, X_FEATURES, evidence_features, x_features
 from vision._guide import GUIDE_FEATURES, guide_features
 from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
@@ -1203,7 +1203,9 @@ FEATURE_NAMES = (
     "photo_paper_coverage",
     # pencil in a ring along the region's outline (vision._evidence): appended last, so that
     # every model made for the shorter list reads its columns where they were
-) + EVIDENCE_FEATURES + GUIDE_FEATURES  # then pencil on connections' guides (vision._guide)
+) + EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES
+# (then pencil on connections' guides, vision._guide; then the cross's arms in the ring,
+# vision._evidence.x_features)
 
 #: The columns of ``FEATURE_NAMES`` measured by the straight-line search and its kin
 #: (``_measure_lines``); left 0 when the model in use reads none of them.
@@ -1217,7 +1219,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
                           th: Mapping[str, float], hand: Mapping[str, RegionReading],
                           internals, *, photo_features: Mapping[str, float] | None = None,
                           evidence: np.ndarray | None = None,
-                          guide: np.ndarray | None = None) -> np.ndarray:
+                          guide: np.ndarray | None = None,
+                          xcols: np.ndarray | None = None) -> np.ndarray:
     """The learned reader's input: one row per readable region, columns ``FEATURE_NAMES``.
 
     Parameters
@@ -1241,6 +1244,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         ``vision._evidence.evidence_features`` of this photo (default: those columns are 0).
     guide : (R, len(GUIDE_FEATURES)) ndarray, optional
         ``vision._guide.guide_features`` of this photo (default: those columns are 0).
+    xcols : (R, len(X_FEATURES)) ndarray, optional
+        ``vision._evidence.x_features`` of this photo (default: those columns are 0).
 
     Returns
     -------
@@ -1340,6 +1345,8 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         X[:, col[EVIDENCE_FEATURES[0]]:col[EVIDENCE_FEATURES[-1]] + 1] = evidence
     if guide is not None:
         X[:, col[GUIDE_FEATURES[0]]:col[GUIDE_FEATURES[-1]] + 1] = guide
+    if xcols is not None:
+        X[:, col[X_FEATURES[0]]:col[X_FEATURES[-1]] + 1] = xcols
     return X
 
 
@@ -1515,8 +1522,12 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         gd = None
         if keep_matrix or not set(GUIDE_FEATURES).isdisjoint(learned.feature_names):
             gd = guide_features(sample, model, palette=pal, ok=ok, valid=valid)
+        xc = None
+        if keep_matrix or not set(X_FEATURES).isdisjoint(learned.feature_names):
+            xc = x_features(sample, model, th=th, valid=valid)
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
-                                       photo_features=photo_features, evidence=ev, guide=gd)
+                                       photo_features=photo_features, evidence=ev, guide=gd,
+                                       xcols=xc)
     if learned is not None:
         # Two readers, one verdict (vision.learned.combine): the photo-level cap becomes a
         # gate for unusable photos; the photo's quality figures are features of the model.
