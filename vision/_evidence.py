@@ -21,6 +21,18 @@ of every tier). These columns measure the ring the readers ignore:
 
 Connections (line regions) get zeros: their band already is their whole reading.
 
+The X columns (``X_FEATURES``, :func:`x_features`, appended after ``vision._guide``'s columns)
+read the same ring for a crossing out: ``ev_x_diag`` / ``ev_x_side``, the share of the ring's
+pixels with pencil (coloured or dark) within ``X_DIAG_DEG`` of a diagonal (in the bounding
+box's proportions) / beyond ``X_SIDE_DEG`` from both, and their difference on the whole ring
+(``ev_x_contrast``) and its inner half (``ev_x_in_contrast``). About half of every Crypts
+sheet's symbol cells have no usable pixel between a cross's arms (the printed glyph and its
+guard leave only the corners), so their own X test cannot tell a cross from a fill; a cross's
+arms still run out through the corners of the ring. Measured (session 10): crossings out on 19
+Crypts photos median contrast 0.27, colour fills -0.02, empty 0.00; refits with them lose the
+recurring coloured-X confident error but read the held-out painter's ticked boxes "crossed"
+twice as often (flagged): no model reads them yet.
+
 The ring is measured on unprinted or lightly printed pixels only (print divided out as for
 the region itself, ``SheetModel.divisor``); dark print (the outline itself) hides pencil and
 is skipped. Computed only for a model that reads these columns, or when the feature matrix
