@@ -197,3 +197,22 @@ def test_a_cross_over_a_symbol_cell_shows_in_the_ring_where_the_cell_has_no_x_te
     assert abs(X[b, col["ev_x_contrast"]]) < 0.15 and X[b, col["ev_x_side"]] > 0.5
     assert not X[c].any()
     assert not X[np.asarray(model.is_line)].any(), "connections get zeros"
+
+
+def test_the_ring_and_x_columns_read_one_sampling_of_the_ring(crypts):
+    """classify_sheet samples the ring once for both families (ring_pixels): the columns are
+    those each function computes from its own sampling."""
+    from vision._evidence import ring_pixels, x_features
+    t, render, model = crypts
+    image = render.copy()
+    boxes = _area_ids(t, model, "box") or _area_ids(t, model, "symbol")
+    _trace(image, _poly_px(t, boxes[0]), RED)
+    _cross(image, _poly_px(t, boxes[2]), BLUE)
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    th = {"chroma": 12.0, "dark_l": 80.0, "paper_chroma_sd": 1.0}
+    pal = load_palette("default")
+    ring = ring_pixels(light.sample, model)
+    np.testing.assert_array_equal(evidence_features(light.sample, model, th=th, palette=pal, pixels=ring),
+                                  evidence_features(light.sample, model, th=th, palette=pal))
+    np.testing.assert_array_equal(x_features(light.sample, model, th=th, pixels=ring),
+                                  x_features(light.sample, model, th=th))

@@ -251,16 +251,16 @@ def test_model_constants_go_with_their_model():
 
     from calibration.render import render_sheet
     from calibration.template import get_template, template_ids
-    from vision import marks
+    from vision import _cache, marks
 
     t = get_template(template_ids()[1])
     m = marks.build_sheet_model(t, render_sheet(t, dpi=30, markers=True).image, dpi=30)
-    key = id(m)
+    key = (id(m), "constants")
     marks._model_constants(m)
-    assert key in marks._constants
+    assert key in _cache._store
     del m
     gc.collect()
-    assert key not in marks._constants
+    assert key not in _cache._store
 
 
 # --- rectify's field fitting (vision.rectify._reject_outliers, _smooth_field) ----------------

@@ -55,6 +55,7 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS
+from vision._cache import per_model
 from vision.colour import hue_diff, linear_to_lab
 
 #: The columns this module adds to the learned reader's features (in this order).
@@ -195,22 +196,36 @@ def _fill(mask: np.ndarray, poly_px: np.ndarray, value: int) -> None:
     cv2.fillPoly(mask, [pts], int(value), lineType=cv2.LINE_8, shift=4)
 
 
-_CACHE: dict = {}
+@dataclass(frozen=True)
+class RingPixels:
+    """One photo's ring pixels (``RingGeometry.pix``), print divided out, in CIELAB: what the
+    ring columns and the X columns both read (sampled once when both are measured)."""
+
+    ok: np.ndarray
+    L: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    C: np.ndarray
+
+
+def ring_pixels(sample, model, *, valid: np.ndarray | None = None) -> RingPixels:
+    """The ring's pixels of one photo (arguments as :func:`evidence_features`)."""
+    g = ring_geometry(model)
+    ok = np.ones(g.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[g.pix]
+    lab = (linear_to_lab(np.asarray(sample(g.pix), np.float32) / g.divisor) if g.pix.size
+           else np.zeros((0, 3), np.float32))
+    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
+    return RingPixels(ok, L, a, b, np.hypot(a, b))
 
 
 def ring_geometry(model) -> RingGeometry:
-    """:func:`build_ring_geometry`, once per sheet model (cached with the model)."""
-    key = id(model)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not model:
-        if len(_CACHE) > 32:
-            _CACHE.clear()
-        hit = (model, build_ring_geometry(model))
-        _CACHE[key] = hit
-    return hit[1]
+    """:func:`build_ring_geometry`, once per sheet model, kept while it lives
+    (``vision._cache.per_model``)."""
+    return per_model(model, "ring", build_ring_geometry)
 
 
-def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = None) -> np.ndarray:
+def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = None,
+                      pixels: RingPixels | None = None) -> np.ndarray:
     """The ring columns (``EVIDENCE_FEATURES``) of one photo.
 
     Parameters
@@ -226,6 +241,8 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
         The pencils calibrated on this photo.
     valid : (H, W) bool ndarray, optional
         Pixels that came from inside the photo.
+    pixels : RingPixels, optional
+        :func:`ring_pixels` of this photo, when already sampled (else sampled here).
 
     Returns
     -------
@@ -237,10 +254,8 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     X = np.zeros((R, len(EVIDENCE_FEATURES)), np.float32)
     if g.pix.size == 0:
         return X
-    ok = np.ones(g.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[g.pix]
-    lab = linear_to_lab(np.asarray(sample(g.pix), np.float32) / g.divisor)
-    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
-    C = np.hypot(a, b)
+    px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid)
+    ok, L, a, b, C = px.ok, px.L, px.a, px.b, px.C
     col = ok & (C >= float(th["chroma"]))
     dark = ok & ~col & (L <= float(th["dark_l"]))
     n = np.bincount(g.label, ok, R)
@@ -276,7 +291,8 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     return X
 
 
-def x_features(sample, model, *, th, valid: np.ndarray | None = None) -> np.ndarray:
+def x_features(sample, model, *, th, valid: np.ndarray | None = None,
+               pixels: RingPixels | None = None) -> np.ndarray:
     """The X columns (``X_FEATURES``) of one photo: the share of the ring's pixels that carry
     pencil (coloured or dark) on the diagonals' way out and towards the sides' middles, their
     difference, and the same difference on the ring's inner half alone. A cross: high on the
@@ -287,9 +303,8 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None) -> np.ndar
     X = np.zeros((R, len(X_FEATURES)), np.float32)
     if g.pix.size == 0:
         return X
-    ok = np.ones(g.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[g.pix]
-    lab = linear_to_lab(np.asarray(sample(g.pix), np.float32) / g.divisor)
-    L, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
+    px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid)
+    ok, L, C = px.ok, px.L, px.C
     ink = ok & ((C >= float(th["chroma"])) | (L <= float(th["dark_l"])))
 
     def share(zone, sel):
@@ -312,5 +327,6 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None) -> np.ndar
     return X
 
 
-__all__ = ["EVIDENCE_FEATURES", "RingGeometry", "X_FEATURES", "build_ring_geometry",
-           "evidence_features", "ring_geometry", "x_features"]
+__all__ = ["EVIDENCE_FEATURES", "RingGeometry", "RingPixels", "X_FEATURES",
+           "build_ring_geometry", "evidence_features", "ring_geometry", "ring_pixels",
+           "x_features"]

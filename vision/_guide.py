@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS
+from vision._cache import per_model
 from vision.colour import hue_diff, linear_to_lab
 
 #: The columns this module adds to the learned reader's features (in this order).
@@ -160,19 +161,10 @@ def build_guide_geometry(model) -> GuideGeometry:
                          nbins[bin_region] * 1000 + place)
 
 
-_CACHE: dict = {}
-
-
 def guide_geometry(model) -> GuideGeometry:
-    """:func:`build_guide_geometry`, once per sheet model (cached with the model)."""
-    key = id(model)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not model:
-        if len(_CACHE) > 32:
-            _CACHE.clear()
-        hit = (model, build_guide_geometry(model))
-        _CACHE[key] = hit
-    return hit[1]
+    """:func:`build_guide_geometry`, once per sheet model, kept while it lives
+    (``vision._cache.per_model``)."""
+    return per_model(model, "guide", build_guide_geometry)
 
 
 def _reference(values: np.ndarray, *, floor: float) -> tuple[float, float]:

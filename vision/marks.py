@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-import weakref
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -49,7 +47,9 @@ import cv2
 import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
-from vision._evidence import EVIDENCE_FEATURES, X_FEATURES, evidence_features, x_features
+from vision._cache import per_model
+from vision._evidence import (EVIDENCE_FEATURES, X_FEATURES, evidence_features, ring_pixels,
+                              x_features)
 from vision._guide import GUIDE_FEATURES, guide_features
 from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
@@ -706,22 +706,11 @@ class _ModelConstants:
         return self.sums.sibling()
 
 
-_constants_lock = threading.Lock()
-_constants: dict[int, tuple[weakref.ref, _ModelConstants]] = {}
-
-
 def _model_constants(model: SheetModel) -> _ModelConstants:
-    """``_ModelConstants(model)``, built once per model object and kept while it lives (held
-    by a weak reference: a model dropped from the pipeline's cache takes its constants
-    along)."""
-    key = id(model)
-    with _constants_lock:
-        hit = _constants.get(key)
-        if hit is not None and hit[0]() is model:
-            return hit[1]
-        consts = _ModelConstants(model)
-        _constants[key] = (weakref.ref(model, lambda _, key=key: _constants.pop(key, None)), consts)
-        return consts
+    """``_ModelConstants(model)``, built once per model object and kept while it lives
+    (``vision._cache.per_model``: a model dropped from the pipeline's cache takes its
+    constants along)."""
+    return per_model(model, "constants", _ModelConstants)
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
@@ -1516,15 +1505,18 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         internals.append(it)
     matrix = None
     if keep_matrix or learned is not None:
-        ev = None  # (only when the model reads them, or the matrix is kept for a dataset)
-        if keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names):
-            ev = evidence_features(sample, model, th=th, palette=pal, valid=valid)
+        ev = xc = None  # (only when the model reads them, or the matrix is kept for a dataset)
+        want_ev = keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names)
+        want_x = keep_matrix or not set(X_FEATURES).isdisjoint(learned.feature_names)
+        # (the ring's pixels, read by both families: sampled once)
+        ring = ring_pixels(sample, model, valid=valid) if want_ev or want_x else None
+        if want_ev:
+            ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
+        if want_x:
+            xc = x_features(sample, model, th=th, valid=valid, pixels=ring)
         gd = None
         if keep_matrix or not set(GUIDE_FEATURES).isdisjoint(learned.feature_names):
             gd = guide_features(sample, model, palette=pal, ok=ok, valid=valid)
-        xc = None
-        if keep_matrix or not set(X_FEATURES).isdisjoint(learned.feature_names):
-            xc = x_features(sample, model, th=th, valid=valid)
         matrix = region_feature_matrix(model, f, regions, pal, prior, th, readings, internals,
                                        photo_features=photo_features, evidence=ev, guide=gd,
                                        xcols=xc)
