@@ -511,6 +511,31 @@ def test_varied_painter_really_varies_yet_every_cross_is_visible(crypts):
     assert len(styles) >= 5, styles
 
 
+def test_varied_ticks_mark_boxes_thinly_but_visibly(crypts):
+    """A hand that ticks boxes off leaves a thin, clearly visible check mark in most coloured
+    boxes (far less of the box covered than by a fill); symbols are still coloured in; a fifth
+    of the hands tick."""
+    dpi = 80.0
+    s = dpi / 25.4
+    boxes = [r for r in crypts.readable_regions() if r.kind == "box"]
+    symbols = [r for r in crypts.readable_regions() if r.kind == "symbol"][:6]
+    marks = {r.id: "blue" for r in boxes + symbols}
+    share = {}
+    for tick in (False, True):
+        blank, painted, hand = _varied_paint(crypts, marks, 5, dpi, tick_boxes=tick,
+                                             partial_rate=0.0, style="burnish", style_loyalty=1.0)
+        dark = {r.id: _region_darkness(painted, blank, r, s) for r in boxes + symbols}
+        share[tick] = {k: float((d > 0.1).mean()) for k, d in dark.items()}
+        for r in boxes:
+            # every box shows its mark: the darkest stroke pixels well above the paper's grain
+            assert np.sort(dark[r.id])[-15:].mean() > 0.15, f"{r.id} (tick={tick}) invisible"
+    ticked = [r.id for r in boxes if share[True][r.id] < 0.5 * share[False][r.id]]
+    assert len(ticked) >= 0.7 * len(boxes), (len(ticked), len(boxes))
+    assert min(share[True][r.id] for r in symbols) > 0.3  # symbols are coloured in, not ticked
+    rate = np.mean([sample_varied_hand(np.random.default_rng(k))["tick_boxes"] for k in range(300)])
+    assert 0.12 < rate < 0.28, rate
+
+
 def test_varied_pencils_stay_nameable_and_span_each_colour():
     def hue(rgb):
         return int(cv2.cvtColor(np.uint8([[rgb]]), cv2.COLOR_RGB2HSV_FULL)[0, 0, 0]) * 360 / 256

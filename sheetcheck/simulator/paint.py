@@ -653,6 +653,10 @@ def sample_varied_hand(rng: np.random.Generator) -> dict:
         "write_pressure": float(rng.uniform(0.25, 1.0)),
         "font": int(rng.integers(len(_HAND_FONTS))),
         "erase_rate": float(rng.choice([0.0, rng.uniform(0.01, 0.06)], p=[0.5, 0.5])),
+        # some players tick a box off with their pencil instead of colouring it in: the tick says
+        # the box is taken, in that colour. Drawn last, so every habit above (and every varied
+        # photo made before ticks were added, whose hand does not tick) comes out as it was.
+        "tick_boxes": bool(rng.random() < 0.2),
     }
 
 
@@ -847,6 +851,33 @@ def _varied_fill_strokes(poly: np.ndarray, *, hand: dict, s: float, rng, style: 
     return [(line, _long_pressure(len(line), pressure, rng), width)], None
 
 
+def _tick_strokes(region, *, hand: dict, s: float, rng, pressure: float):
+    """A tick (check mark) over a box, in one continuous stroke: a short arm down to a corner
+    low in the box, then a long arm up and to the right, often past the box's border.
+
+    Ticks vary a lot between people: the corner anywhere in the lower left half, the long arm
+    steep or shallow, short of the corner or well over the border, the whole mark turned a
+    little, now and then mirrored (a left hand) or gone over twice."""
+    c, hw, hh = _bbox_px(region, s)
+    start = [rng.uniform(-0.85, -0.45), rng.uniform(-0.25, 0.35)]
+    corner = [rng.uniform(-0.4, 0.05), rng.uniform(0.35, 0.9)]
+    end = [rng.uniform(0.55, 1.3), rng.uniform(-1.35, -0.55)]
+    pts = np.array([start, corner, end]) * [hw, hh]
+    if rng.random() < 0.08:
+        pts[:, 0] *= -1
+    a = math.radians(rng.normal(0, 8))
+    rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    pts = c + pts @ rot.T + rng.normal(0, 0.05, 2) * [hw, hh]
+    wob = hand["wobble_mm"]
+    line = np.concatenate([_polyline(pts[0], pts[1], px_per_mm=s, wobble_mm=wob, rng=rng),
+                           _polyline(pts[1], pts[2], px_per_mm=s, wobble_mm=wob, rng=rng)[1:]])
+    width = max(1.0, hand["stroke_width_mm"] * s * rng.uniform(0.9, 1.8))
+    strokes = [(line, _pressure_profile(len(line), pressure, rng), width)]
+    if rng.random() < 0.15:
+        strokes.append((line + rng.normal(0, 0.2 * s, 2), _pressure_profile(len(line), pressure, rng), width))
+    return strokes
+
+
 def _varied_cross_strokes(region, *, style: str, hand: dict, s: float, rng, pressure: float,
                           width: float):
     """Strokes that cross ``region`` out in ``style`` (one of :data:`VARIED_CROSS_STYLES`)."""
@@ -1021,6 +1052,12 @@ def paint_varied(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, d
             st, gs = props(name)
             h = {**hand, "pressure": _visible_pressure(base, plin[name], st, 0.3, gs)}
             strokes = _line_strokes(region, hand=h, s=s, rng=rng)
+        elif region.kind == "box" and hand.get("tick_boxes") and rng.random() < 0.9:
+            name = mark
+            st, gs = props(name)
+            # a tick is a thin mark, so it has to be as visible as a line is
+            press = _visible_pressure(base, plin[name], st, 0.3, gs)
+            strokes = _tick_strokes(region, hand=hand, s=s, rng=rng, pressure=press)
         else:
             name = mark
             st, gs = props(name)
