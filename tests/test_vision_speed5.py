@@ -116,3 +116,39 @@ def test_a_size_turbojpeg_cannot_give_falls_back():
     pytest.importorskip("simplejpeg")
     data = _jpeg(_sample_pixels(), quality=90)
     assert dec._turbojpeg_reduced(data, (451, 600)) is None
+
+
+# --- a JPEG no DCT scale reduces, decoded in full by TurboJPEG (vision.decode._jpeg_full_fast) --
+
+@pytest.mark.parametrize("max_long_side", [None, 1000, 1200])
+@pytest.mark.parametrize("orientation", [1, 2, 5, 6])
+@pytest.mark.parametrize("progressive", [False, True])
+def test_full_jpeg_decode_gives_pillows_picture(max_long_side, orientation, progressive,
+                                                monkeypatch):
+    """A photo decoded in full (no DCT scale keeps it at max_long_side, or none asked for):
+    Pillow's picture, scale and size, with EXIF orientation and the area reduction after."""
+    pytest.importorskip("simplejpeg")
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = _jpeg(_sample_pixels(), quality=90, progressive=progressive, exif=exif.tobytes())
+    taken = []
+    real = dec._jpeg_full_fast
+    monkeypatch.setattr(dec, "_jpeg_full_fast",
+                        lambda *a, **k: taken.append(real(*a, **k)) or taken[-1])
+    fast = dec.decode_photo(data, max_long_side=max_long_side)
+    assert taken and taken[-1] is not None, "the full TurboJPEG path was not taken"
+    monkeypatch.setattr(dec, "_simplejpeg", False)
+    plain = dec.decode_photo(data, max_long_side=max_long_side)
+    assert fast.scale == plain.scale and fast.original_size == plain.original_size
+    np.testing.assert_array_equal(fast.image, plain.image)
+
+
+def test_full_path_leaves_reducible_photos_alone():
+    """A photo a DCT scale reduces is not decoded in full (the reduced path reads it)."""
+    pytest.importorskip("simplejpeg")
+    data = _jpeg(_sample_pixels(), quality=90)
+    im = Image.open(io.BytesIO(data))
+    assert dec._dct_denom(1200, 600) == 2
+    assert dec._jpeg_full_fast(data, im, "JPEG", 1, 600) is None
+    assert dec._dct_denom(1200, 601) == 1
+    assert dec._jpeg_full_fast(data, im, "JPEG", 1, 601).shape == (900, 1200, 3)
