@@ -9,14 +9,19 @@ import json
 import numpy as np
 import pytest
 
-from vision.learned import (DEFAULT_MODEL, DecisionRule, ReaderModelError, combine, default_model,
-                            load_model, model_from_dict)
+from vision.learned import (COMMITTEE_FORMAT, DEFAULT_MODEL, MODEL_FORMAT, DecisionRule,
+                            ReaderModelError, combine, default_model, load_model, model_from_dict)
 from vision.marks import EVIDENCE_FEATURES, FEATURE_NAMES, MARKS, RegionReading
 
 
 @pytest.fixture(scope="module")
 def model_doc():
-    return json.loads(DEFAULT_MODEL.read_text())
+    """The default model's own document (format 1: without its committee)."""
+    doc = json.loads(DEFAULT_MODEL.read_text())
+    doc.pop("committee", None)
+    doc.pop("fit", None)
+    doc["format"] = MODEL_FORMAT
+    return doc
 
 
 def _check_rows(n=None):
@@ -24,6 +29,8 @@ def _check_rows(n=None):
     check = json.loads(DEFAULT_MODEL.with_suffix(".check.json").read_text())
     names = json.loads(DEFAULT_MODEL.read_text())["feature_names"]
     X = np.asarray(check["X"][:n], np.float32)
+    if X.shape[1] == len(FEATURE_NAMES) != len(names):
+        return X, np.asarray(check["proba"][:n])  # (a model fitted with --drop: full rows)
     assert X.shape[1] == len(names)
     full = np.zeros((X.shape[0], len(FEATURE_NAMES)), np.float32)
     full[:, [FEATURE_NAMES.index(c) for c in names]] = X
@@ -381,3 +388,72 @@ def test_the_default_reader_v7_loads_and_reproduces_its_training_probabilities()
     X, want = np.asarray(check["X"], np.float32), np.asarray(check["proba"])
     np.testing.assert_allclose(model.predict_proba(X, calibrated=False), want, atol=2e-5)
     assert len(set(want.argmax(axis=1))) >= 4
+
+
+def _committee_doc(primary: dict, *members: dict) -> dict:
+    return {**primary, "format": COMMITTEE_FORMAT, "committee": list(members)}
+
+
+def test_damaged_committees_are_clear_errors(model_doc):
+    twin = dict(model_doc, id="twin")
+    assert len(model_from_dict(_committee_doc(model_doc, twin)).committee) == 1
+    hot = dict(model_doc, temperature=99)
+    with pytest.raises(ReaderModelError, match=r"(?s)committee\[1\]: temperature: expected a number"
+                                               r".*committee\[2\]: expected a 'sheetcheck.reader-model/1'"):
+        model_from_dict(_committee_doc(model_doc, twin, hot, {"format": "x"}))
+    with pytest.raises(ReaderModelError, match=r"committee: expected a non-empty list"):
+        model_from_dict(_committee_doc(model_doc))
+    with pytest.raises(ReaderModelError, match=r"committee: only a 'sheetcheck.reader-model/2' model"):
+        model_from_dict({**model_doc, "committee": [twin]})
+    # a member may read only columns the first model reads (the reader measures those)
+    g = model_doc["gbdt"]
+    used = sorted({f for f, leaf in zip(g["feature"], g["leaf"]) if not leaf})
+    small = copy.deepcopy(model_doc)
+    small["gbdt"]["feature"] = [used.index(f) if not leaf else 0 for f, leaf in zip(g["feature"], g["leaf"])]
+    small["feature_names"] = [model_doc["feature_names"][j] for j in used]
+    unused = sorted(set(model_doc["feature_names"]) - set(small["feature_names"]))
+    with pytest.raises(ReaderModelError, match=r"committee\[0\] reads columns the model does not: \['"
+                                               + unused[0]):
+        model_from_dict(_committee_doc(small, twin))
+    assert model_from_dict(_committee_doc(model_doc, small)).committee[0].feature_names == tuple(small["feature_names"])
+
+
+def test_a_second_opinion_flags_every_confident_reading_it_does_not_confirm(model_doc):
+    """On a real photo: a member that is the model itself changes nothing; a member never sure
+    (its photo gate above any photo) flags every confident reading, keeping the mark and naming
+    itself; a member that reads everything "empty" flags every confident reading of another
+    mark as a disagreement and confirms the empty ones."""
+    from pathlib import Path
+    from vision.pipeline import read_photo
+    photo = Path(__file__).resolve().parents[1] / "sample_photos" / "crypts-2-easy-s4.jpg"
+
+    def read(doc):
+        return read_photo(photo, learned=model_from_dict(doc)).readings
+
+    alone = read(model_doc)
+    sure = [rid for rid, rd in alone.items() if not rd.review]
+    assert len(sure) >= 20 and len({alone[r].mark for r in sure}) >= 3
+    twin = read(_committee_doc(model_doc, dict(model_doc, id="twin")))
+    assert {k: (v.mark, v.confidence, v.review, v.reason) for k, v in twin.items()} == \
+        {k: (v.mark, v.confidence, v.review, v.reason) for k, v in alone.items()}
+    never = copy.deepcopy(model_doc)
+    never["id"] = "never-sure"
+    never["decision"]["photo_gate"] = 1.5
+    flagged = read(_committee_doc(model_doc, never))
+    empty = copy.deepcopy(model_doc)
+    empty["id"] = "all-empty"
+    empty["gbdt"]["baseline"][MARKS.index("empty")] += 60.0
+    vetoed = read(_committee_doc(model_doc, empty))
+    for rid, rd in alone.items():
+        f, v = flagged[rid], vetoed[rid]
+        assert f.mark == v.mark == rd.mark and f.alternatives == rd.alternatives
+        if rd.review:  # already flagged: as it was
+            assert (f.confidence, f.review, f.reason) == (v.confidence, v.review, v.reason) == \
+                (rd.confidence, True, rd.reason)
+            continue
+        assert f.review and f.confidence < 0.97 <= rd.confidence
+        assert f.reason.startswith(f"second opinion unsure (never-sure: {rd.mark} ")
+        if rd.mark == "empty":
+            assert not v.review and v.confidence == rd.confidence
+        else:
+            assert v.review and v.reason.startswith("second opinion disagrees (all-empty: empty 1.0000)")

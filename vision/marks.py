@@ -1528,9 +1528,21 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         doubt = photo_doubt(probs)
         # (vision.learned.combine for every region, with what depends on the photo alone
         # worked out once)
-        both_read = combine_all([readings[r.id] for r in regions], probs, classes=MARKS,
+        hands = [readings[r.id] for r in regions]
+        both_read = combine_all(hands, probs, classes=MARKS,
                                 rule=learned.rule, review_threshold=review_threshold,
                                 photo_confidence=photo_confidence, doubt=doubt)
+        if learned.committee:
+            # (the second opinions, vision.learned.second_opinions: only the confident
+            # readings need them)
+            from vision.learned import second_opinions
+            sure = np.flatnonzero([not rd.review for rd in both_read])
+            if sure.size:
+                sub, allowed = matrix[sure], mc.allowed[sure]
+                opinions = [(m, _predict_rows(m, sub, allowed)) for m in learned.committee]
+                both_read = second_opinions(both_read, hands, sure, opinions, classes=MARKS,
+                                            review_threshold=review_threshold,
+                                            photo_confidence=photo_confidence, doubt=doubt)
         for r, rd in zip(regions, both_read):
             readings[r.id] = rd
     elif photo_confidence < 1.0:
