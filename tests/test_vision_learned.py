@@ -351,13 +351,11 @@ def test_doubt_tiers_loosen_a_mark_only_on_photos_clear_enough(model_doc):
         model_from_dict(doc)
 
 
-def test_the_default_reader_v7_loads_and_reproduces_its_training_probabilities():
-    """reader-v7 (the default, docs/EVALUATION.md): every feature it names is measured, the
-    JSON trees give scikit-learn's probabilities, its rule has doubt tiers, and "written" and
-    "crossed" are confident only on clear photos (in a tier), crossed never with a hesitant
-    hand reader."""
-    from vision.learned import DEFAULT_MODEL
-    assert DEFAULT_MODEL.name == "reader-v7.json"
+def test_reader_v7_loads_and_reproduces_its_training_probabilities():
+    """reader-v7 (the default from session 6 to 10, docs/EVALUATION.md): every feature it names
+    is measured, the JSON trees give scikit-learn's probabilities, its rule has doubt tiers, and
+    "written" and "crossed" are confident only on clear photos (in a tier), crossed never with
+    a hesitant hand reader."""
     from vision.learned import MODEL_DIR
     path = MODEL_DIR / "reader-v7.json"
     model = load_model(path)
@@ -388,6 +386,38 @@ def test_the_default_reader_v7_loads_and_reproduces_its_training_probabilities()
     X, want = np.asarray(check["X"], np.float32), np.asarray(check["proba"])
     np.testing.assert_allclose(model.predict_proba(X, calibrated=False), want, atol=2e-5)
     assert len(set(want.argmax(axis=1))) >= 4
+
+
+def test_the_default_reader_v8_is_three_fits_of_one_recipe():
+    """reader-v8 (the default since session 11, docs/EVALUATION.md): a committee — the model
+    that reads plus two second opinions fitted by the same command on the same datasets with
+    other splits of the training photos; it reads the guide and X columns, not the ring's; each
+    member's JSON trees give scikit-learn's probabilities on its own check rows' model (the
+    first), and each keeps reader-v7's kind of rule (tiers; written and crossed only in them)."""
+    from vision._evidence import X_FEATURES
+    from vision._guide import GUIDE_FEATURES
+    assert DEFAULT_MODEL.name == "reader-v8.json"
+    doc = json.loads(DEFAULT_MODEL.read_text())
+    model = default_model()
+    assert doc["format"] == COMMITTEE_FORMAT and model.meta["id"] == "reader-v8"
+    assert [m.meta["id"] for m in model.committee] == ["reader-v8.2", "reader-v8.3"]
+    assert len({doc["fit"]} | {m["fit"] for m in doc["committee"]}) == 3
+    members = (model,) + model.committee
+    assert len({m.meta["training"]["split_seed"] for m in members}) == 3
+    for m in model.committee:
+        assert m.feature_names == model.feature_names
+        assert m.meta["training"]["datasets"] == model.meta["training"]["datasets"]
+        assert m.meta["training"]["params"] == model.meta["training"]["params"]
+    names = set(model.feature_names)
+    assert set(GUIDE_FEATURES) <= names and set(X_FEATURES) <= names and not names & set(EVIDENCE_FEATURES)
+    for m in members:
+        assert [t[0] for t in m.rule.tiers] == [0.0, 0.015, 0.03]
+        for mark in ("written", "crossed"):
+            assert all(v > 1.0 for v in m.rule.thresholds(mark, 0.5, "box")), mark
+    X, want = _check_rows()
+    np.testing.assert_allclose(model.predict_proba(X, calibrated=False), want, atol=2e-5)
+    # the members are other fits: they do not give the first one's scores
+    assert not np.allclose(model.committee[0].raw_scores(X), model.raw_scores(X), atol=1e-3)
 
 
 def _committee_doc(primary: dict, *members: dict) -> dict:

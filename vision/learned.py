@@ -1,8 +1,9 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v7.json``, trained by ``scripts/train_reader.py``; the
-previous ``reader-v1.json`` ships beside it for comparison, docs/EVALUATION.md) maps
+The model (``calibration/models/reader-v8.json``, trained by ``scripts/train_reader.py`` and
+packed by ``scripts/pack_committee.py``; earlier ones ship beside it for comparison,
+docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
 hand reader's probabilities, photo quality figures) to a probability for each mark in
 ``vision.marks.MARKS``. It is stored as plain JSON (gradient-boosted trees or a small
@@ -43,7 +44,12 @@ THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: photos), and a hand-confidence floor under "crossed": fewer flags than reader-v5 on every
 #: validation corpus and on the fresh pair, no confident error there (docs/EVALUATION.md,
 #: eighth measurement). reader-v5 ships beside it for comparison.
-DEFAULT_MODEL = MODEL_DIR / "reader-v7.json"
+#: reader-v8 (session 11): three fits of one recipe (reader-v7's with the guide and X columns
+#: and two training corpora of hands that tick boxes off), the first reading and the other two
+#: its second opinions (:func:`second_opinions`): more readings right and fewer flagged than
+#: reader-v7, and no confident error on 9 validation corpora where each fit alone had 2-8
+#: (docs/EVALUATION.md, session 11). reader-v7 ships beside it for comparison.
+DEFAULT_MODEL = MODEL_DIR / "reader-v8.json"
 
 
 class ReaderModelError(SheetcheckError):
