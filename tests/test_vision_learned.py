@@ -248,6 +248,7 @@ def test_the_reading_says_which_readers_decided():
     both = read_photo(photo).to_json()["details"]["reader"]
     assert both["readers"] == ["hand", "learned"] and both["model"] == default_model().meta["id"]
     assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
+    assert both["second_opinions"] == ["reader-v8.2", "reader-v8.3"]
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 

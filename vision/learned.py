@@ -837,7 +837,7 @@ def second_opinions(readings: Sequence, hands: Sequence, rows: np.ndarray, opini
     almost every clear reading, and their rare confident errors are mostly not the same
     ones: a confident error has to get past all of them. Measured (session 11,
     docs/EVALUATION.md): three fits of one recipe made 2, 3 and 8 confident errors alone on
-    9 validation corpora (1,032 photos), none together.
+    9 validation corpora (1,320 photos), none together.
 
     Parameters
     ----------

@@ -274,7 +274,9 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         # which readers decided (a reading is only comparable with one made the same way)
         "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
                     "model_created": learned.meta.get("created"), "kind": learned.kind,
-                    "decision": _rule_dict(learned.rule)}
+                    "decision": _rule_dict(learned.rule),
+                    # the committee's members, whose agreement a confident reading needed
+                    "second_opinions": [m.meta.get("id") for m in learned.committee]}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
