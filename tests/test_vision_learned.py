@@ -488,3 +488,34 @@ def test_a_second_opinion_flags_every_confident_reading_it_does_not_confirm(mode
             assert not v.review and v.confidence == rd.confidence
         else:
             assert v.review and v.reason.startswith("second opinion disagrees (all-empty: empty 1.0000)")
+
+
+def test_the_committees_verdicts_are_combine_alls(model_doc):
+    """second_opinions judges each member with vision.learned._verdicts (numpy, no readings
+    built): the same mark, probability and confidence as combine_all's readings, on the sample
+    photo's rows and on random probabilities with ties, zeros, NaN and marks a region does not
+    allow, under every tier of the rule, a gated photo and an unclear one."""
+    from pathlib import Path
+    from vision.learned import _HandRows, _verdicts, combine_all
+    from vision.pipeline import read_photo
+    photo = Path(__file__).resolve().parents[1] / "sample_photos" / "reefs-2-typical-s9.jpg"
+    model = model_from_dict(model_doc)
+    r = read_photo(photo, learned=None, keep_matrix=True)
+    hands = list(r.readings.values())
+    rng = np.random.default_rng(4)
+    real = model.predict_proba(r.matrix)
+    noise = rng.dirichlet(np.full(len(MARKS), 0.3), len(hands))
+    noise[::7] = np.round(noise[::7], 1)  # ties
+    noise[3::11] = 0.0
+    noise[5::13, 2] = np.nan
+    for probs in (real, noise):
+        for doubt, pconf in ((0.0, 1.0), (0.01, 1.0), (0.2, 1.0), (0.0, 0.1), (0.9, 1.0)):
+            want = combine_all(hands, probs, classes=MARKS, rule=model.rule, review_threshold=0.97,
+                               photo_confidence=pconf, doubt=doubt)
+            mark, p, sure = _verdicts(_HandRows.of(hands, MARKS), probs, classes=MARKS,
+                                      rule=model.rule, photo_confidence=pconf, doubt=doubt)
+            assert [MARKS[m] for m in mark] == [w.mark for w in want]
+            assert p.tolist() == [w.features["learned_confidence"] for w in want]
+            assert (~sure).tolist() == [w.review for w in want]
+            if probs is real and doubt == 0.0 and pconf == 1.0:
+                assert 0 < sure.sum() < len(sure)
