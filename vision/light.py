@@ -264,12 +264,33 @@ class NormalisedLight:
         return linear_to_srgb(self.linear)
 
 
+#: Largest block whose sums of uint8 values fit in uint16 (16 * 16 * 255 = 65280).
+_UINT16_BLOCK = 16
+
+
 def _block_sums(a: np.ndarray, block: int) -> np.ndarray:
     """Exact sums of ``a`` (uint8, (h, w) or (h, w, c), sides multiples of ``block``) over
-    ``block`` x ``block`` blocks, float32 ``(h // block, w // block[, c])``. One integral
-    image instead of a float copy of the picture: the same sums, a third of the time."""
-    S = cv2.integral(a, sdepth=cv2.CV_32S)[::block, ::block]
-    return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
+    ``block`` x ``block`` blocks, float32 ``(h // block, w // block[, c])``.
+
+    Why so: the rows of each band of ``block`` rows are added as uint16 (one strided reduce),
+    then the band's ``block`` columns of each block, still as uint16 (a block's sum is at most
+    ``block * block * 255``, which fits up to :data:`_UINT16_BLOCK`): the same integers as an
+    integral image (``cv2.integral``, kept for larger blocks) in about half its time, as
+    neither a 32-bit integral of the whole picture nor its four corner gathers are made."""
+    h, w = a.shape[:2]
+    hb, wb = h // block, w // block
+    if block > _UINT16_BLOCK:
+        S = cv2.integral(a, sdepth=cv2.CV_32S)[::block, ::block]
+        return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
+    c = a.shape[2] if a.ndim == 3 else 1
+    # (a view when each row's pixels are contiguous, as in a crop of a whole picture)
+    rows = np.add.reduce(a.reshape(hb, block, w * c), axis=1, dtype=np.uint16)
+    cols = rows.reshape(hb * wb, block, c)
+    acc = cols[:, 0, :].copy()
+    for k in range(1, block):
+        np.add(acc, cols[:, k, :], out=acc)
+    # (one channel comes back (hb, wb), as from cv2.integral)
+    return acc.astype(np.float32).reshape((hb, wb) if c == 1 else (hb, wb, c))
 
 
 _counts_lock = threading.Lock()
@@ -502,7 +523,8 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     # (the paper pixels of each block depend on the model alone when the whole frame is valid)
     cnt = (_paper_counts(model_mask, block) if paper_mask is model_mask
            else _block_sums(m, block))
-    s1 = _block_sums(cv2.bitwise_and(grey, grey, mask=m), block) / np.maximum(cnt, 1)
+    # (m is 0/1: the product is the masked grey, without cv2's mask handling)
+    s1 = _block_sums(np.multiply(grey, m), block) / np.maximum(cnt, 1)
     # Pass 2: pixels well below the block's first estimate are pencil or ink, not paper.
     # ``grey >= t`` for an integer grey level is ``grey >= ceil(t)``: one uint8 comparison
     # against the block's threshold, repeated over its pixels.
