@@ -264,12 +264,47 @@ class NormalisedLight:
         return linear_to_srgb(self.linear)
 
 
+#: Largest block whose sums of uint8 values fit in uint16 (16 * 16 * 255 = 65280).
+_UINT16_BLOCK = 16
+
+
 def _block_sums(a: np.ndarray, block: int) -> np.ndarray:
     """Exact sums of ``a`` (uint8, (h, w) or (h, w, c), sides multiples of ``block``) over
-    ``block`` x ``block`` blocks, float32 ``(h // block, w // block[, c])``. One integral
-    image instead of a float copy of the picture: the same sums, a third of the time."""
-    S = cv2.integral(a, sdepth=cv2.CV_32S)[::block, ::block]
-    return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
+    ``block`` x ``block`` blocks, float32 ``(h // block, w // block[, c])``.
+
+    Why so: the rows of each band of ``block`` rows are added as uint16 (one strided reduce),
+    then the band's ``block`` columns of each block, still as uint16 (a block's sum is at most
+    ``block * block * 255``, which fits up to :data:`_UINT16_BLOCK`): the same integers as an
+    integral image (``cv2.integral``, kept for larger blocks) in about half its time, as
+    neither a 32-bit integral of the whole picture nor its four corner gathers are made."""
+    h, w = a.shape[:2]
+    hb, wb = h // block, w // block
+    if block > _UINT16_BLOCK:
+        S = cv2.integral(a, sdepth=cv2.CV_32S)[::block, ::block]
+        return (S[1:, 1:] - S[:-1, 1:] - S[1:, :-1] + S[:-1, :-1]).astype(np.float32)
+    c = a.shape[2] if a.ndim == 3 else 1
+    # (a view when each row's pixels are contiguous, as in a crop of a whole picture)
+    rows = np.add.reduce(a.reshape(hb, block, w * c), axis=1, dtype=np.uint16)
+    cols = rows.reshape(hb * wb, block, c)
+    acc = cols[:, 0, :].copy()
+    for k in range(1, block):
+        np.add(acc, cols[:, k, :], out=acc)
+    # (one channel comes back (hb, wb), as from cv2.integral)
+    return acc.astype(np.float32).reshape((hb, wb) if c == 1 else (hb, wb, c))
+
+
+def _at_least(grey: np.ndarray, thr: np.ndarray, m: np.ndarray, block: int) -> np.ndarray:
+    """``grey >= thr`` of each pixel's block, where ``m`` (0/1) is 1: uint8 0/1, ``grey``'s
+    shape (uint8 ``(hb * block, wb * block)``, ``thr`` uint8 ``(hb, wb)``).
+
+    Why so: each band of ``block`` rows is compared with its blocks' thresholds repeated along
+    x (``hb * wb * block`` values) instead of with a full-size threshold image
+    (``cv2.resize`` INTER_NEAREST by exactly ``block``, which repeats each threshold over its
+    block): the same comparisons, ~0.35 ms less on a sheet at 100 dpi."""
+    hb = thr.shape[0]
+    h, w = grey.shape
+    ge = np.greater_equal(grey.reshape(hb, block, w), np.repeat(thr, block, axis=1)[:, None, :])
+    return np.bitwise_and(ge.reshape(h, w).view(np.uint8), m)
 
 
 _counts_lock = threading.Lock()
@@ -502,13 +537,13 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
     # (the paper pixels of each block depend on the model alone when the whole frame is valid)
     cnt = (_paper_counts(model_mask, block) if paper_mask is model_mask
            else _block_sums(m, block))
-    s1 = _block_sums(cv2.bitwise_and(grey, grey, mask=m), block) / np.maximum(cnt, 1)
+    # (m is 0/1: the product is the masked grey, without cv2's mask handling)
+    s1 = _block_sums(np.multiply(grey, m), block) / np.maximum(cnt, 1)
     # Pass 2: pixels well below the block's first estimate are pencil or ink, not paper.
     # ``grey >= t`` for an integer grey level is ``grey >= ceil(t)``: one uint8 comparison
     # against the block's threshold, repeated over its pixels.
     thr = np.clip(np.ceil((1 - reject) * s1), 0, 255).astype(np.uint8)
-    thr_full = cv2.resize(thr, (wc, hc), interpolation=cv2.INTER_NEAREST)
-    keep = cv2.bitwise_and(cv2.compare(grey, thr_full, cv2.CMP_GE), m)  # 0/1
+    keep = _at_least(grey, thr, m, block)  # 0/1
     cnt2 = _block_sums(keep, block)
     sums = _block_sums(cv2.bitwise_and(img, img, mask=keep), block)
     ok = cnt2 >= min_paper * area
