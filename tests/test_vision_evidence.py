@@ -216,3 +216,48 @@ def test_the_ring_and_x_columns_read_one_sampling_of_the_ring(crypts):
                                   evidence_features(light.sample, model, th=th, palette=pal))
     np.testing.assert_array_equal(x_features(light.sample, model, th=th, pixels=ring),
                                   x_features(light.sample, model, th=th))
+
+
+def test_the_x_columns_read_from_their_zones_alone_give_the_same_values(crypts):
+    """A model that reads the X columns and not the ring columns (reader-v8) samples only the
+    ring pixels on the zones (ring_pixels(x_only=True)): the same X columns as from the whole
+    ring, with part of the frame outside the photo too; the ring columns refuse such pixels."""
+    from vision._evidence import ring_geometry, ring_pixels, x_features
+    t, render, model = crypts
+    image = render.copy()
+    boxes = _area_ids(t, model, "box") or _area_ids(t, model, "symbol")
+    _trace(image, _poly_px(t, boxes[0]), RED)
+    _cross(image, _poly_px(t, boxes[2]), BLUE)
+    _cross(image, _poly_px(t, boxes[4]), RED)
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    th = {"chroma": 12.0, "dark_l": 80.0, "paper_chroma_sd": 1.0}
+    valid = np.ones(model.shape, bool)
+    valid[:, : model.shape[1] // 3] = False
+    for v in (None, valid):
+        full = x_features(light.sample, model, th=th, valid=v, pixels=ring_pixels(light.sample, model, valid=v))
+        part = ring_pixels(light.sample, model, valid=v, x_only=True)
+        assert 0 < part.L.size < ring_geometry(model).pix.size
+        np.testing.assert_array_equal(x_features(light.sample, model, th=th, valid=v, pixels=part), full)
+        np.testing.assert_array_equal(x_features(light.sample, model, th=th, valid=v), full)
+    assert np.abs(full).sum() > 0
+    with pytest.raises(ValueError, match="ring columns read every ring pixel"):
+        evidence_features(light.sample, model, th=th, palette=load_palette("default"), pixels=part)
+
+
+def test_a_build_may_use_what_is_built_before_it():
+    """vision._cache.per_model: a build that asks per_model for another thing of the same model
+    (on the same thread) gets it, instead of waiting for itself forever."""
+    import threading
+    from vision._cache import per_model
+
+    class Model:
+        pass
+
+    m = Model()
+    out = []
+    th = threading.Thread(target=lambda: out.append(
+        per_model(m, "outer", lambda mm: per_model(mm, "inner", lambda _: 21) * 2)))
+    th.start()
+    th.join(10)
+    assert not th.is_alive() and out == [42]
+    assert per_model(m, "outer", lambda _: 0) == 42  # built once

@@ -13,14 +13,16 @@ import threading
 import weakref
 from typing import Any, Callable
 
-_lock = threading.Lock()
+#: re-entrant: a build may itself use per_model (on the same thread) without a deadlock
+_lock = threading.RLock()
 #: (id of the model, what was built) -> (weak reference to the model, the value)
 _store: dict[tuple[int, str], tuple[weakref.ref, Any]] = {}
 
 
 def per_model(model, what: str, build: Callable[[Any], Any]):
     """``build(model)``, once per model object and ``what`` (under a lock: two threads never
-    build it twice), kept while the model lives."""
+    build it twice), kept while the model lives. ``build`` may call ``per_model`` for what it
+    is built from."""
     key = (id(model), what)
     with _lock:
         hit = _store.get(key)

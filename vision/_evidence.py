@@ -199,23 +199,40 @@ def _fill(mask: np.ndarray, poly_px: np.ndarray, value: int) -> None:
 @dataclass(frozen=True)
 class RingPixels:
     """One photo's ring pixels (``RingGeometry.pix``), print divided out, in CIELAB: what the
-    ring columns and the X columns both read (sampled once when both are measured)."""
+    ring columns and the X columns both read (sampled once when both are measured).
+    ``sel``: which of the ring's pixels these are (indices into ``RingGeometry.pix``), or None
+    for all of them."""
 
     ok: np.ndarray
     L: np.ndarray
     a: np.ndarray
     b: np.ndarray
     C: np.ndarray
+    sel: np.ndarray | None = None
 
 
-def ring_pixels(sample, model, *, valid: np.ndarray | None = None) -> RingPixels:
-    """The ring's pixels of one photo (arguments as :func:`evidence_features`)."""
+def ring_pixels(sample, model, *, valid: np.ndarray | None = None,
+                x_only: bool = False) -> RingPixels:
+    """The ring's pixels of one photo (arguments as :func:`evidence_features`). ``x_only``:
+    only those the X columns read (on a diagonal's way out or towards a side's middle, 61 % of
+    the ring on a Reefs and a Crypts sheet): enough for :func:`x_features`, the same values,
+    for a model that reads the X columns and not the ring columns."""
     g = ring_geometry(model)
-    ok = np.ones(g.pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[g.pix]
-    lab = (linear_to_lab(np.asarray(sample(g.pix), np.float32) / g.divisor) if g.pix.size
+    # (built from g, not by ring_geometry again: per_model's lock is held while it builds)
+    sel = per_model(model, "ring_x", lambda _: _x_pixels(g)) if x_only else None
+    pix, div = (g.pix, g.divisor) if sel is None else (g.pix[sel], g.divisor[sel])
+    ok = np.ones(pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[pix]
+    lab = (linear_to_lab(np.asarray(sample(pix), np.float32) / div) if pix.size
            else np.zeros((0, 3), np.float32))
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
-    return RingPixels(ok, L, a, b, np.hypot(a, b))
+    return RingPixels(ok, L, a, b, np.hypot(a, b), sel)
+
+
+def _x_pixels(g: RingGeometry) -> np.ndarray:
+    """Indices (into ``g.pix``) of the ring pixels the X columns read."""
+    idx = np.flatnonzero(g.xzone > 0)
+    idx.setflags(write=False)
+    return idx
 
 
 def ring_geometry(model) -> RingGeometry:
@@ -255,6 +272,8 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     if g.pix.size == 0:
         return X
     px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid)
+    if px.sel is not None:
+        raise ValueError("the ring columns read every ring pixel: pass ring_pixels() without x_only")
     ok, L, a, b, C = px.ok, px.L, px.a, px.b, px.C
     col = ok & (C >= float(th["chroma"]))
     dark = ok & ~col & (L <= float(th["dark_l"]))
@@ -303,20 +322,23 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None,
     X = np.zeros((R, len(X_FEATURES)), np.float32)
     if g.pix.size == 0:
         return X
-    px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid)
+    px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid, x_only=True)
     ok, L, C = px.ok, px.L, px.C
     ink = ok & ((C >= float(th["chroma"])) | (L <= float(th["dark_l"])))
+    # (the pixels sampled: all the ring's, or only those on the zones, ring_pixels' x_only)
+    label, xzone, inner = ((g.label, g.xzone, g.inner) if px.sel is None
+                           else (g.label[px.sel], g.xzone[px.sel], g.inner[px.sel]))
 
     def share(zone, sel):
-        m = sel & (g.xzone == zone) & ok
-        n = np.bincount(g.label, m, R)
-        return np.bincount(g.label, m & ink, R) / np.maximum(n, 1), n
+        m = sel & (xzone == zone) & ok
+        n = np.bincount(label, m, R)
+        return np.bincount(label, m & ink, R) / np.maximum(n, 1), n
 
-    every = np.ones(g.pix.size, bool)
+    every = np.ones(label.size, bool)
     d_all, nd = share(1, every)
     s_all, ns = share(2, every)
-    d_in, ndi = share(1, g.inner)
-    s_in, nsi = share(2, g.inner)
+    d_in, ndi = share(1, inner)
+    s_in, nsi = share(2, inner)
     has = (nd >= SECTOR_MIN_PIXELS) & (ns >= SECTOR_MIN_PIXELS)
     has_in = (ndi >= SECTOR_MIN_PIXELS) & (nsi >= SECTOR_MIN_PIXELS)
     X[:, 0] = np.where(has, d_all, 0.0)

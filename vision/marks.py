@@ -1509,7 +1509,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         want_ev = keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names)
         want_x = keep_matrix or not set(X_FEATURES).isdisjoint(learned.feature_names)
         # (the ring's pixels, read by both families: sampled once)
-        ring = ring_pixels(sample, model, valid=valid) if want_ev or want_x else None
+        ring = (ring_pixels(sample, model, valid=valid, x_only=not want_ev)
+                if want_ev or want_x else None)
         if want_ev:
             ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
         if want_x:
