@@ -491,12 +491,15 @@ def test_a_second_opinion_flags_every_confident_reading_it_does_not_confirm(mode
 
 
 def test_the_committees_verdicts_are_combine_alls(model_doc):
-    """second_opinions judges each member with vision.learned._verdicts (numpy, no readings
-    built): the same mark, probability and confidence as combine_all's readings, on the sample
-    photo's rows and on random probabilities with ties, zeros, NaN and marks a region does not
-    allow, under every tier of the rule, a gated photo and an unclear one."""
+    """second_opinions judges each member with vision.learned._rule_arrays alone (numpy, no
+    readings built), and combine_all builds its readings on it with the alternatives in a
+    stable sort's order: the rule's mark, probability and confidence are the readings' (the
+    first alternative is the rule's first best), on the sample photo's rows and on random
+    probabilities with ties, zeros, NaN and marks a region does not allow, under every tier of
+    the rule, a gated photo and an unclear one. (combine_all against the rule region by
+    region: tests/test_vision_speed3.py.)"""
     from pathlib import Path
-    from vision.learned import _HandRows, _verdicts, combine_all
+    from vision.learned import _HandRows, _rule_arrays, combine_all
     from vision.pipeline import read_photo
     photo = Path(__file__).resolve().parents[1] / "sample_photos" / "reefs-2-typical-s9.jpg"
     model = model_from_dict(model_doc)
@@ -512,8 +515,8 @@ def test_the_committees_verdicts_are_combine_alls(model_doc):
         for doubt, pconf in ((0.0, 1.0), (0.01, 1.0), (0.2, 1.0), (0.0, 0.1), (0.9, 1.0)):
             want = combine_all(hands, probs, classes=MARKS, rule=model.rule, review_threshold=0.97,
                                photo_confidence=pconf, doubt=doubt)
-            mark, p, sure = _verdicts(_HandRows.of(hands, MARKS), probs, classes=MARKS,
-                                      rule=model.rule, photo_confidence=pconf, doubt=doubt)
+            mark, p, sure = _rule_arrays(_HandRows.of(hands, MARKS), probs, classes=MARKS,
+                                         rule=model.rule, photo_confidence=pconf, doubt=doubt)[2:]
             assert [MARKS[m] for m in mark] == [w.mark for w in want]
             assert p.tolist() == [w.features["learned_confidence"] for w in want]
             assert (~sure).tolist() == [w.review for w in want]

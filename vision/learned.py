@@ -22,7 +22,7 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -764,54 +764,35 @@ def combine_all(hands: Sequence, probs: np.ndarray, *, classes: Sequence[str], r
     if probs.ndim != 2 or len(probs) != len(hands) or probs.shape[1] != len(classes):
         raise ValueError(f"expected ({len(hands)}, {len(classes)}) probabilities, got {probs.shape}")
     classes = list(classes)
-    index = {c: j for j, c in enumerate(classes)}
-    # each region's marks (its hand reading's alternatives), as a mask over the classes
-    ok = np.zeros(probs.shape, bool)
-    for i, hand in enumerate(hands):
-        for m, _ in hand.alternatives:
-            j = index.get(m)
-            if j is not None:
-                ok[i, j] = True
-    # the allowed probabilities' sum, added in class order as Python's sum() adds them (a
-    # disallowed class adds 0.0, which changes no sum), and each divided by it
-    kept = np.where(ok, probs, 0.0)
-    tot = np.zeros(len(hands))
-    for j in range(len(classes)):
-        tot += kept[:, j]
-    norm = kept / np.where(tot > 0, tot, 1.0)[:, None]
+    h = _HandRows.of(hands, classes)
+    v = _rule_arrays(h, probs, classes=classes, rule=rule, photo_confidence=photo_confidence,
+                     doubt=doubt)
     # best first; a stable sort keeps class order between equal values (as sorted() does)
-    order = np.argsort(np.where(ok, -norm, np.inf), axis=1, kind="stable").tolist()
-    rows, n_ok, tots, oks = norm.tolist(), ok.sum(axis=1).tolist(), tot.tolist(), ok.tolist()
-    thresholds: dict = {}
+    order = np.argsort(np.where(h.ok, -v.norm, np.inf), axis=1, kind="stable").tolist()
+    rows, n_ok, goods, oks = v.norm.tolist(), h.ok.sum(axis=1).tolist(), v.good.tolist(), h.ok.tolist()
     gated = photo_confidence < rule.photo_gate
     unclear = doubt > rule.photo_doubt_max
     unclear_reason = f"photo too unclear: {doubt:.0%} of its regions are in doubt" if unclear else ""
     cap = math.nextafter(review_threshold, 0.0) - 1e-4
     out = []
-    for hand, row, idx, n, tot, okr in zip(hands, rows, order, n_ok, tots, oks):
+    for hand, row, idx, n, good, okr, sure in zip(hands, rows, order, n_ok, goods, oks,
+                                                  v.sure.tolist()):
         alternatives = hand.alternatives
-        if tot > 0:
+        if good:
             alts = tuple([(classes[j], row[j]) for j in idx[:n]])
         else:  # (combine's fallback, a sum of 0 or NaN: every allowed mark alike, in class order)
             alts = tuple([(c, 1.0 / n) for c, a in zip(classes, okr) if a])
+        # (alts[0] is _rule_arrays' mark and probability: the same first best)
         mark_l, p_l = alts[0]
         mark_h, c_h = hand.mark, float(hand.confidence)
-        agree = mark_l == mark_h
-        key = (mark_l, hand.kind)
-        t = thresholds.get(key)
-        if t is None:
-            t = thresholds[key] = rule.thresholds(mark_l, doubt, hand.kind)
-        hand_min, learned_min, learned_alone, hand_floor = t
-        sure = agree and ((c_h >= hand_min and p_l >= learned_min)
-                          or (p_l >= learned_alone and c_h >= hand_floor))
         reason = ""
         if hand.reason == "too few unprinted pixels to read":
-            sure, reason = False, hand.reason
+            reason = hand.reason
         elif gated:
-            sure, reason = False, "photo too unreliable (registration/resolution)"
+            reason = "photo too unreliable (registration/resolution)"
         elif unclear:
-            sure, reason = False, unclear_reason
-        elif not agree:
+            reason = unclear_reason
+        elif mark_l != mark_h:
             reason = f"readers disagree (hand: {mark_h} {c_h:.3f}, learned: {mark_l} {p_l:.3f})"
         elif not sure:
             reason = f"low confidence ({mark_l}: hand {c_h:.4f}, learned {p_l:.4f})"
@@ -870,29 +851,31 @@ def second_opinions(readings: Sequence, hands: Sequence, rows: np.ndarray, opini
         return out
     cap = math.nextafter(review_threshold, 0.0) - 1e-4
     hand_rows = _HandRows.of([hands[i] for i in rows], classes)
+    index = {c: j for j, c in enumerate(classes)}
+    own = np.array([index.get(out[i].mark, -1) for i in rows], np.int64)  # the model's marks
     for k, (member, probs) in enumerate(opinions):
-        marks, p_m, sure = _verdicts(hand_rows, probs, classes=classes, rule=member.rule,
-                                     photo_confidence=photo_confidence, doubt=doubt)
+        v = _rule_arrays(hand_rows, probs, classes=classes, rule=member.rule,
+                         photo_confidence=photo_confidence, doubt=doubt)
         name = (member.meta or {}).get("id") or f"member {k + 1}"
-        for j in np.flatnonzero(~sure | (marks != hand_rows.mark_of(out, rows, classes))).tolist():
+        for j in np.flatnonzero(~v.sure | (v.mark != own)).tolist():
             i = rows[j]
             rd = out[i]
             if rd.review:
                 continue
             p_l = float(rd.features.get("learned_confidence", rd.confidence))
             hp = dict(hands[i].alternatives).get(rd.mark, 0.0)
-            mark_m = classes[marks[j]]
+            mark_m = classes[v.mark[j]]
             what = "unsure" if mark_m == rd.mark else "disagrees"
             out[i] = RegionReading(rd.region_id, rd.kind, rd.mark, float(min(0.5 * (p_l + hp), p_l, cap)),
                                    True, rd.alternatives, rd.features,
-                                   f"second opinion {what} ({name}: {mark_m} {float(p_m[j]):.4f})")
+                                   f"second opinion {what} ({name}: {mark_m} {float(v.p[j]):.4f})")
     return out
 
 
 @dataclass(frozen=True)
 class _HandRows:
-    """What :func:`combine_all`'s rule needs of each hand reading, as arrays (built once for
-    all the committee's members)."""
+    """What the two readers' rule (:func:`_rule_arrays`) needs of each hand reading, as
+    arrays (built once a photo, for the model and each member of its committee)."""
 
     ok: np.ndarray        # (K, C) bool: the marks the region allows (its alternatives)
     hand: np.ndarray      # (K,) int: the hand reader's mark (-1: not one of the classes)
@@ -904,57 +887,65 @@ class _HandRows:
     def of(cls, hands: Sequence, classes: Sequence[str]) -> "_HandRows":
         index = {c: j for j, c in enumerate(classes)}
         ok = np.zeros((len(hands), len(classes)), bool)
+        mark, conf, kinds, unreadable = [], [], [], []
         for i, h in enumerate(hands):
             for m, _ in h.alternatives:
                 j = index.get(m)
                 if j is not None:
                     ok[i, j] = True
-        return cls(ok, np.array([index.get(h.mark, -1) for h in hands], np.int64),
-                   np.array([float(h.confidence) for h in hands], np.float64),
-                   tuple(h.kind for h in hands),
-                   np.array([h.reason == "too few unprinted pixels to read" for h in hands], bool))
-
-    @staticmethod
-    def mark_of(readings: Sequence, rows: Sequence[int], classes: Sequence[str]) -> np.ndarray:
-        index = {c: j for j, c in enumerate(classes)}
-        return np.array([index.get(readings[i].mark, -1) for i in rows], np.int64)
+            mark.append(index.get(h.mark, -1))
+            conf.append(float(h.confidence))
+            kinds.append(h.kind)
+            unreadable.append(h.reason == "too few unprinted pixels to read")
+        return cls(ok, np.array(mark, np.int64), np.array(conf, np.float64), tuple(kinds),
+                   np.array(unreadable, bool))
 
 
-def _verdicts(h: _HandRows, probs: np.ndarray, *, classes: Sequence[str], rule: DecisionRule,
-              photo_confidence: float, doubt: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`combine_all`'s mark (class index), probability and confidence (not review) for
-    every row, in numpy: the same sums, quotients, first-best choice and thresholds, without
-    building the readings (a committee's members need only these). Why: combine_all's
-    readings cost ~1 ms of Python a member on a Reefs sheet."""
+class _RuleArrays(NamedTuple):
+    norm: np.ndarray  # (K, C): the allowed probabilities, renormalised (0 elsewhere)
+    good: np.ndarray  # (K,) bool: their sum was positive (else every allowed mark alike)
+    mark: np.ndarray  # (K,) int: the learned reader's mark (class index)
+    p: np.ndarray     # (K,) float: its probability
+    sure: np.ndarray  # (K,) bool: confident (both readers agree and are sure enough)
+
+
+def _rule_arrays(h: _HandRows, probs: np.ndarray, *, classes: Sequence[str], rule: DecisionRule,
+                 photo_confidence: float, doubt: float) -> _RuleArrays:
+    """The two readers' rule for every row at once (:func:`combine_all` builds its readings on
+    it; :func:`second_opinions` judges each member with it alone, without building readings).
+
+    The allowed probabilities are summed in class order (as Python's ``sum`` adds them: a
+    disallowed class adds 0.0) and divided by the sum; the mark is the first best in class
+    order (a stable sort's first); a sum of 0 or NaN leaves every allowed mark alike (the first
+    allowed, 1/n). A reading is sure when the hand reader names the same mark and both are
+    sure enough (``rule.thresholds`` of the mark and region kind at this ``doubt``), never for
+    a region with too few unprinted pixels, nor on a photo below the rule's gate or in more
+    doubt than its limit."""
     probs = np.asarray(probs, np.float64)
-    C = len(classes)
     kept = np.where(h.ok, probs, 0.0)
     tot = np.zeros(len(kept))
-    for j in range(C):  # in class order, as combine_all (and Python's sum) adds them
+    for j in range(len(classes)):
         tot += kept[:, j]
     good = tot > 0
     norm = kept / np.where(good, tot, 1.0)[:, None]
-    # the best allowed mark, the first in class order among equals (combine_all's stable sort)
     best = np.argmax(np.where(h.ok, norm, -np.inf), axis=1)
     n = h.ok.sum(axis=1)
-    # (combine_all's fallback for a sum of 0 or NaN: every allowed mark alike, in class order)
-    first = np.argmax(h.ok, axis=1)
-    mark = np.where(good, best, first)
+    mark = np.where(good, best, np.argmax(h.ok, axis=1))
     p = np.where(good, norm[np.arange(len(norm)), best], 1.0 / np.maximum(n, 1))
-    t = np.empty((len(mark), 4))
     cache: dict = {}
-    for i, (m, kind) in enumerate(zip(mark.tolist(), h.kinds)):
-        key = (m, kind)
+    t = []
+    for key in zip(mark.tolist(), h.kinds):
         v = cache.get(key)
         if v is None:
-            v = cache[key] = rule.thresholds(classes[m], doubt, kind)
-        t[i] = v
+            v = cache[key] = rule.thresholds(classes[key[0]], doubt, key[1])
+        t.append(v)
+    t = np.array(t, np.float64).reshape(-1, 4)
     sure = (mark == h.hand) & (((h.conf >= t[:, 0]) & (p >= t[:, 1]))
                               | ((p >= t[:, 2]) & (h.conf >= t[:, 3])))
     sure &= ~h.unreadable
     if photo_confidence < rule.photo_gate or doubt > rule.photo_doubt_max:
         sure[:] = False
-    return mark, p, sure
+    return _RuleArrays(norm, good, mark, p, sure)
 
 
 __all__ = ["COMMITTEE_FORMAT", "DEFAULT_MODEL", "DOUBT_LEVEL", "THRESHOLD_NAMES", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
