@@ -31,7 +31,8 @@ guard leave only the corners), so their own X test cannot tell a cross from a fi
 arms still run out through the corners of the ring. Measured (session 10): crossings out on 19
 Crypts photos median contrast 0.27, colour fills -0.02, empty 0.00; refits with them lose the
 recurring coloured-X confident error but read the held-out painter's ticked boxes "crossed"
-twice as often (flagged): no model reads them yet.
+twice as often (flagged). reader-v8 (session 11, trained also on ticking hands) reads them,
+and not the ring columns; ``ring_pixels(x_only=True)`` then samples only the X zones.
 
 The ring is measured on unprinted or lightly printed pixels only (print divided out as for
 the region itself, ``SheetModel.divisor``); dark print (the outline itself) hides pencil and
@@ -218,7 +219,6 @@ def ring_pixels(sample, model, *, valid: np.ndarray | None = None,
     the ring on a Reefs and a Crypts sheet): enough for :func:`x_features`, the same values,
     for a model that reads the X columns and not the ring columns."""
     g = ring_geometry(model)
-    # (built from g, not by ring_geometry again: per_model's lock is held while it builds)
     sel = per_model(model, "ring_x", lambda _: _x_pixels(g)) if x_only else None
     pix, div = (g.pix, g.divisor) if sel is None else (g.pix[sel], g.divisor[sel])
     ok = np.ones(pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[pix]

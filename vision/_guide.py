@@ -39,7 +39,8 @@ Measured (session 10, reader-v7's recipe refitted with these columns and without
 columns, 8 validation corpora, split seeds 0 / 1 / 2): connections read right 95.69-95.76 %
 against 94.66 % for reader-v7 and 94.63-94.75 % for refits without them; all regions 95.53 /
 95.53 / 95.61 % against 95.34 %. But 3 / 1 / 2 confident errors, on area regions that refits
-without these columns also get wrong: no model reads them yet (docs/EVALUATION.md, session 10).
+without these columns also get wrong (docs/EVALUATION.md, session 10). reader-v8 (session 11)
+reads them: three such fits, trained also on ticking hands, as a committee.
 """
 
 from __future__ import annotations
