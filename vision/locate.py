@@ -1825,6 +1825,15 @@ def _locate_by_page(image_grey, cands, *, markers_printed: bool | None, border_o
         options = details.get("_per_template", {t.id: (t, H)})
         score = details["candidates"][0]["correlation"]
     details.pop("_per_template", None)
+    # A template that neither route registered (its rendering had no feature match) is still a
+    # candidate when it has the winner's page size: the levels of one game share most of their
+    # print, so the winner's homography serves it, and only their printed differences
+    # (_identify) can tell them apart (hard1200k reefs-3-hard-nm-s1200143: reefs-3 had no ORB
+    # match, was never asked, and the photo was read as reefs-1 on a margin of 0.047).
+    options = dict(options)
+    for t2 in cands:
+        if t2.id not in options and (t2.width_mm, t2.height_mm) == (t.width_mm, t.height_mm):
+            options[t2.id] = (t2, H)
     opts = list(options.values())
     if len(opts) > 1 and image is not None and image.ndim == 3:
         i, pscores, margin = _identify(image, opts)
