@@ -120,3 +120,47 @@ def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsy
     code = main(["eval", str(one), "--reader", str(tmp_path / "nope.json")])
     err = capsys.readouterr().err
     assert code == 22 and "nope.json" in err
+
+
+def test_eval_lists_every_wrong_reading_and_why_regions_were_flagged(folder, tmp_path, capsys):
+    """The JSON lists each sheet's wrong readings (what the truth says, what was read, how
+    sure, flagged or not, why) and counts the flags by reason. A truth file that names other
+    marks than were drawn makes wrong readings whose every field is known."""
+    d = tmp_path / "changed"
+    d.mkdir()
+    (d / "a.jpg").write_bytes((folder / "p1.jpg").read_bytes())
+    truth = json.loads((folder / "p1.truth.json").read_text())
+    assert main(["read", str(d / "a.jpg"), "--json"]) == 0
+    read = json.loads(capsys.readouterr().out)["regions"]
+    changed = {}
+    for rid in sorted(truth["marks"])[:40]:
+        other = next(m for m in ("purple", "orange", "empty") if m != read[rid]["mark"]
+                     and m in get_template("reefs-3").region(rid).marks)
+        changed[rid] = other
+    truth["marks"].update(changed)
+    (d / "a.truth.json").write_text(json.dumps(truth))
+    (d / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (d / "b.truth.json").write_text((folder / "p0.truth.json").read_text())
+    out_json = tmp_path / "e.json"
+    assert main(["eval", str(d), "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    res = json.loads(out_json.read_text())
+    sheet = next(s for s in res["sheets"] if s["photo"] == "a.jpg")
+    wrong = {w["region"]: w for w in sheet["wrong_readings"]}
+    assert len(wrong) == sheet["errors"] >= len(changed)
+    for rid, t in changed.items():
+        w = wrong[rid]
+        assert (w["truth"], w["read"]) == (t, read[rid]["mark"])
+        assert w["confidence"] == round(read[rid]["confidence"], 4)
+        assert w["review"] == read[rid]["review"]
+        assert w.get("reason") == read[rid].get("reason")
+        assert w["kind"] == get_template("reefs-3").region(rid).kind
+    # every flagged region has one reason; the photo not read counts all its regions
+    reasons = res["flag_reasons"]["all"]
+    assert sum(reasons.values()) == res["regions_flagged"]["count"]
+    n_b = len(json.loads((folder / "p0.truth.json").read_text())["marks"])
+    assert reasons["photo not read"] == n_b
+    flagged_a = sum(1 for r in read.values() if r["review"])
+    assert sum(v for k, v in reasons.items() if k != "photo not read") == flagged_a
+    assert all("(" not in k for k in reasons)
+    assert "flagged: photo not read" in text

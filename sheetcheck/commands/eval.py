@@ -381,6 +381,9 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
     conf_wrong: list[float] = []
     conf_right: list[float] = []
     per_photo: list[dict] = []  # counts per photo, for the figures per photo condition
+    # why regions were flagged: the reason's words before its figures ("low confidence",
+    # "second opinion unsure" ...), over all photos and over the easy and typical ones
+    flag_reasons: dict[str, Counter] = {"all": Counter(), "easy_typical": Counter()}
     # the hard pairs, overall and under warm light (colour temperature below 4000 K)
     hard = {"orange/red": ("orange", "red"), "blue/purple": ("blue", "purple")}
     pair_counts = {lt: {k: {"regions": 0, "confused": 0, "confused_confidently": 0} for k in hard}
@@ -412,6 +415,8 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
                 regions_total += 1
                 regions_flagged += 1
                 flagged_errors += 1
+            for key in ("all", "easy_typical") if preset in ("easy", "typical") else ("all",):
+                flag_reasons[key]["photo not read"] += len(marks)
             sheet.update({"error": code, "errors": len(marks), "flagged": len(marks),
                           "regions": len(marks), "confident_errors": 0, "conditions": bins})
             sheets.append(sheet)
@@ -421,6 +426,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
                 progress(k + 1, len(pairs), photo.name, f"FAILED {code}")
             continue
         wrong = flagged = confident = 0
+        wrong_readings: list[dict] = []
         identified = reading.template.id == truth.get("template")
         ct = (truth.get("conditions") or {}).get("colour_temp_k")
         warm = isinstance(ct, (int, float)) and ct < 4000
@@ -450,8 +456,18 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
                         if got == (b if t == a else a):
                             pc["confused"] += 1
                             pc["confused_confidently"] += int(not review)
+            if review:
+                why = (_reason_category(r.reason) if r is not None
+                       else "template not identified")
+                for key in ("all", "easy_typical") if preset in ("easy", "typical") else ("all",):
+                    flag_reasons[key][why] += 1
             if not ok:
                 wrong += 1
+                if r is not None:
+                    wrong_readings.append({
+                        "region": rid, "kind": kind, "truth": t, "read": got,
+                        "confidence": round(float(r.confidence), 4), "review": bool(review),
+                        **({"reason": r.reason} if r.reason else {})})
                 if review:
                     flagged_errors += 1
                 else:
@@ -462,7 +478,8 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
                         "preset": preset, "markers": markers})
         sheet.update({"errors": wrong, "flagged": flagged, "located_by": reading.location.method,
                       "identified": identified, "regions": len(marks),
-                      "confident_errors": confident, "conditions": bins})
+                      "confident_errors": confident, "conditions": bins,
+                      "wrong_readings": wrong_readings})
         per_photo.append({"conditions": bins, "regions": len(marks), "correct": len(marks) - wrong,
                           "flagged": flagged, "confident_errors": confident, "failed": False})
         if not identified:
@@ -517,6 +534,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
         "regions_flagged": {"share": round(regions_flagged / regions_total, 6) if regions_total else None,
                             "count": regions_flagged},
         "errors_flagged": flagged_errors,
+        "flag_reasons": {k: dict(v.most_common()) for k, v in flag_reasons.items()},
         "confident_errors": {"count": len(confident_errors), "list": confident_errors},
         "lowest_confidence_of_a_wrong_reading_not_flagged": (
             min(e["confidence"] for e in confident_errors if e["confidence"] is not None)
@@ -535,6 +553,13 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
             p: aggregate_conditions(ph for ph, s in zip(per_photo, sheets) if s["preset"] == p)
             for p in sorted({s["preset"] for s in sheets})},
     }
+
+
+def _reason_category(reason: str | None) -> str:
+    """A review reason without its figures: ``"low confidence (empty: hand 0.87, ...)"`` ->
+    ``"low confidence"``."""
+    text = (reason or "").split(" (", 1)[0].strip()
+    return text or "(no reason given)"
 
 
 def _pct(a: dict) -> str:
@@ -573,6 +598,9 @@ def format_report(res: dict) -> str:
     out.append(f"  easy+typical                  {s['count']}/{s['sheets']} ({100 * (s['share'] or 0):.1f} %)")
     rf = res["regions_flagged"]
     out.append(f"regions flagged for review      {rf['count']} ({100 * (rf['share'] or 0):.2f} %)")
+    reasons = (res.get("flag_reasons") or {}).get("all") or {}
+    for why, n in reasons.items():
+        out.append(f"  flagged: {why:<28} {n}")
     out.append(f"wrong readings flagged          {res['errors_flagged']}")
     ce = res["confident_errors"]
     out.append(f"CONFIDENT ERRORS                {ce['count']}")
