@@ -1,0 +1,148 @@
+"""Exact speed-ups of the read (session 12) keep their values: each fast path against the plain
+computation it replaces, on the inputs of real reads (sample photos, captured)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_photos"
+PHOTOS = ("crypts-2-easy-s4.jpg", "reefs-1-easy-break-coin_boxes_wrong-s23.jpg")
+
+
+def _capture(photo: str):
+    """``classify_sheet``'s inputs during a read of ``photo`` (light, model, keyword
+    arguments), with the photo's thresholds."""
+    from vision import marks, pipeline
+    from vision.colour import linear_to_lab, load_palette
+
+    seen = []
+    real = pipeline.classify_sheet
+
+    def spy(linear, model, **kw):
+        seen.append((linear, model, kw))
+        return real(linear, model, **kw)
+
+    pipeline.classify_sheet = spy
+    try:
+        pipeline.read_photo(SAMPLES / photo)
+    finally:
+        pipeline.classify_sheet = real
+    assert len(seen) == 1
+    light, model, kw = seen[0]
+    th = marks._photo_thresholds(linear_to_lab(light.sample(model.paper_sample)),
+                                 load_palette("default"))
+    return light, model, kw, th
+
+
+@pytest.fixture(scope="module", params=PHOTOS)
+def captured(request):
+    return _capture(request.param)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view({4: np.uint32, 8: np.uint64}[a.itemsize])
+
+
+# --- the X columns (vision._evidence.ring_pixels(x_only=True), x_features) -----------------
+
+def _ring_pixels_before(sample, model, valid, x_only):
+    """``ring_pixels`` as it was: the X zones' pixels and divisors gathered on every photo."""
+    from vision._evidence import ring_geometry
+    from vision.colour import linear_to_lab
+
+    g = ring_geometry(model)
+    sel = np.flatnonzero(g.xzone > 0) if x_only else None
+    pix, div = (g.pix, g.divisor) if sel is None else (g.pix[sel], g.divisor[sel])
+    ok = np.ones(pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[pix]
+    lab = linear_to_lab(np.asarray(sample(pix), np.float32) / div)
+    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
+    return sel, ok, L, a, b, np.hypot(a, b)
+
+
+def _x_features_before(model, th, sel, ok, L, C):
+    """``x_features`` as it was: each zone and half counted by its own pair of bincounts."""
+    from vision._evidence import SECTOR_MIN_PIXELS, X_FEATURES, ring_geometry
+
+    g = ring_geometry(model)
+    R = g.regions
+    X = np.zeros((R, len(X_FEATURES)), np.float32)
+    ink = ok & ((C >= float(th["chroma"])) | (L <= float(th["dark_l"])))
+    label, xzone, inner = ((g.label, g.xzone, g.inner) if sel is None
+                           else (g.label[sel], g.xzone[sel], g.inner[sel]))
+
+    def share(zone, where):
+        m = where & (xzone == zone) & ok
+        n = np.bincount(label, m, R)
+        return np.bincount(label, m & ink, R) / np.maximum(n, 1), n
+
+    every = np.ones(label.size, bool)
+    d_all, nd = share(1, every)
+    s_all, ns = share(2, every)
+    d_in, ndi = share(1, inner)
+    s_in, nsi = share(2, inner)
+    has = (nd >= SECTOR_MIN_PIXELS) & (ns >= SECTOR_MIN_PIXELS)
+    has_in = (ndi >= SECTOR_MIN_PIXELS) & (nsi >= SECTOR_MIN_PIXELS)
+    X[:, 0] = np.where(has, d_all, 0.0)
+    X[:, 1] = np.where(has, s_all, 0.0)
+    X[:, 2] = np.where(has, d_all - s_all, 0.0)
+    X[:, 3] = np.where(has_in, d_in - s_in, 0.0)
+    X[np.asarray(model.is_line[:R], bool)] = 0.0
+    return X
+
+
+def _valid_masks(model, kw):
+    part = np.ones(model.shape, bool)
+    part[:, : model.shape[1] // 3] = False  # a third of the frame outside the photo
+    return [kw.get("valid"), None, part]
+
+
+def test_x_columns_are_counted_as_zone_by_zone(captured):
+    """The sample photos' own light and thresholds, with the photo's frame, none, and a third
+    of it outside the photo; thresholds moved to make more and less ink: the X columns (and
+    the ring pixels they read) bit for bit as before, from the X zones alone and from the
+    whole ring."""
+    from vision._evidence import ring_pixels, x_features
+
+    light, model, kw, th = captured
+    ths = [th, {**th, "chroma": 3.0, "dark_l": 97.0}, {**th, "chroma": 25.0, "dark_l": 60.0}]
+    for valid in _valid_masks(model, kw):
+        for x_only in (True, False):
+            sel, ok, L, a, b, C = _ring_pixels_before(light.sample, model, valid, x_only)
+            px = ring_pixels(light.sample, model, valid=valid, x_only=x_only)
+            assert (px.sel is None) == (sel is None)
+            if sel is not None:
+                np.testing.assert_array_equal(px.sel, sel)
+            for want, got in ((ok, px.ok), (L, px.L), (a, px.a), (b, px.b), (C, px.C)):
+                np.testing.assert_array_equal(_bits(got) if got.dtype != bool else got,
+                                              _bits(want) if want.dtype != bool else want)
+            for t in ths:
+                want = _x_features_before(model, t, sel, ok, L, C)
+                got = x_features(light.sample, model, th=t, valid=valid, pixels=px)
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(_bits(got), _bits(want))
+                assert np.abs(want).sum() > 0
+    # (without pixels given: sampled on the X zones)
+    np.testing.assert_array_equal(
+        _bits(x_features(light.sample, model, th=th, valid=kw.get("valid"))),
+        _bits(_x_features_before(model, th, *(lambda r: (r[0], r[1], r[2], r[5]))(
+            _ring_pixels_before(light.sample, model, kw.get("valid"), True)))))
+
+
+def test_the_x_zones_pixel_list_is_kept_with_its_model(captured):
+    """One pixel-list array per sheet model: its interpolation taps are computed once
+    (vision.light.pixel_taps caches by the array), not on every photo."""
+    from vision._evidence import _x_ring, ring_pixels
+    from vision.light import pixel_taps
+
+    light, model, kw, th = captured
+    xr = _x_ring(model)
+    assert _x_ring(model) is xr and not xr.pix.flags.writeable
+    seen = []
+    ring_pixels(lambda idx: seen.append(idx) or light.sample(light.taps(idx)), model, x_only=True)
+    ring_pixels(lambda idx: seen.append(idx) or light.sample(light.taps(idx)), model, x_only=True)
+    assert seen[0] is xr.pix and seen[1] is xr.pix
+    assert pixel_taps(xr.pix, light.image.shape[:2], light.block) is light.taps(xr.pix)
