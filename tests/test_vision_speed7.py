@@ -146,3 +146,80 @@ def test_the_x_zones_pixel_list_is_kept_with_its_model(captured):
     ring_pixels(lambda idx: seen.append(idx) or light.sample(light.taps(idx)), model, x_only=True)
     assert seen[0] is xr.pix and seen[1] is xr.pix
     assert pixel_taps(xr.pix, light.image.shape[:2], light.block) is light.taps(xr.pix)
+
+
+# --- the learned reader's trees: class sums tree-major (vision.learned._node_major_class_sums) -
+
+def _class_sums_before(X, tables, C):
+    """The class sums as they were computed: every (row, tree) leaf value from the exit-leaf
+    masks, row-major, added up per class over a middle axis."""
+    import vision.learned as L
+
+    vals = L._exit_leaf_values(X, tables)
+    return vals.reshape(X.shape[0], -1, C).sum(axis=1)
+
+
+def test_the_lowest_bit_table_is_frexp_of_the_lowest_bit():
+    import vision.learned as L
+
+    v = np.arange(256, dtype=np.uint8)
+    want = np.frexp((v & -v).astype(np.float32))[1]
+    np.testing.assert_array_equal(L._LOWEST_BIT, want)
+
+
+@pytest.mark.parametrize("depths, dtype", [([1, 3, 2, 2, 3, 0, 3, 1], np.uint8),
+                                           ([4, 2, 4, 4, 1, 4, 0, 3], np.uint16),
+                                           ([5, 5, 2, 5, 1, 5, 5, 5], np.uint32)])
+def test_class_sums_of_random_trees_are_the_row_major_sums(monkeypatch, depths, dtype):
+    """Tiled trees of 8 classes, three iterations (uneven trees, lone leaves; masks of one
+    byte, looked up in the lowest-bit table, and wider, through frexp): the same float64 sums
+    bit for bit, for many rows, one row and rows with values far apart in size."""
+    import vision.learned as L
+    from test_vision_learned import _random_trees
+
+    monkeypatch.setattr(L, "NODE_MAJOR_MAX_PADDING", 100.0)  # (these trees are uneven)
+    rng = np.random.default_rng(sum(depths))
+    p = _random_trees(rng, depths * 3, full=True)
+    p["value"] = p["value"] * np.exp(rng.uniform(-30, 30, p["value"].size))  # (rounding shows)
+    tables = L._exit_leaf_tables(p)
+    nm = L._node_major_tables(p, tables)
+    assert nm["mask"].dtype == dtype
+    X = rng.normal(size=(301, 6)).astype(np.float32)
+    X[:5] = p["threshold"][0]  # rows exactly on a threshold go left
+    for rows in (X, X[:1], X[7:40]):
+        got = L._node_major_class_sums(rows, nm, 8)
+        assert got.shape == (8, rows.shape[0])
+        np.testing.assert_array_equal(_bits(got.T), _bits(_class_sums_before(rows, tables, 8)))
+
+
+def test_the_committee_scores_real_rows_as_before(captured):
+    """reader-v8 and its two members on a sample photo's own feature rows (and the same rows
+    with features put on and just above thresholds): raw scores and probabilities bit for bit
+    as the row-major sums gave them, and any subset of the rows as the rows in the whole."""
+    import vision.learned as L
+    from vision import marks
+
+    light, model, kw, th = captured
+    sheet = marks.classify_sheet(light, model, **kw)
+    X = np.asarray(sheet.matrix, np.float32)
+    allowed = marks._model_constants(model).allowed
+    top = L.default_model()
+    assert top.committee
+    rng = np.random.default_rng(11)
+    for reader in (top,) + tuple(top.committee):
+        p = reader.params
+        tables = L._exit_leaf_tables(p)
+        assert L._node_major_tables(p, tables) is not None  # (the fast path is the one used)
+        on = X.copy()
+        node = rng.integers(0, tables["feature"].size, size=on.shape[0])
+        on[np.arange(on.shape[0]), tables["feature"][node]] = tables["threshold"][node]
+        C = len(reader.classes)
+        for rows in (X, on, np.nextafter(on, np.float32(np.inf))):
+            want = np.zeros((rows.shape[0], C)) + p["baseline"]
+            want += _class_sums_before(rows, tables, C)
+            np.testing.assert_array_equal(_bits(reader.raw_scores(rows)), _bits(want))
+        whole = reader.predict_proba(X, allowed=allowed)
+        for k in (1, 2, 17):
+            sub = np.sort(rng.choice(X.shape[0], k, replace=False))
+            np.testing.assert_array_equal(
+                _bits(reader.predict_proba(X[sub], allowed=allowed[sub])), _bits(whole[sub]))
