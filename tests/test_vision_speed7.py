@@ -223,3 +223,73 @@ def test_the_committee_scores_real_rows_as_before(captured):
             sub = np.sort(rng.choice(X.shape[0], k, replace=False))
             np.testing.assert_array_equal(
                 _bits(reader.predict_proba(X[sub], allowed=allowed[sub])), _bits(whole[sub]))
+
+
+# --- the guide's per-bin references (vision._guide._bin_references) --------------------------
+
+def test_bin_references_are_those_of_the_plain_loop_on_a_photo(captured, monkeypatch):
+    """The sample photos' own bin means (captured in guide_features), with all seen bins and
+    with bins dropped at random (keys left with 0-6 bins): the references and spreads of the
+    loop over the keys, bit for bit; and the guide columns as with the loop."""
+    from vision import _guide
+
+    light, model, kw, th = captured
+    seen = []
+    real = _guide._bin_references
+
+    def spy(mb, bseen, g, m):
+        seen.append((mb.copy(), bseen.copy(), g))
+        return real(mb, bseen, g, m)
+
+    monkeypatch.setattr(_guide, "_bin_references", spy)
+    pal = kw["palette"]
+    got = _guide.guide_features(light.sample, model, palette=pal, valid=kw.get("valid"))
+    if model.template.id.startswith("crypts"):
+        assert not seen  # (no connections: nothing to compare)
+        return
+    assert len(seen) == 1
+    mb, bseen, g = seen[0]
+    rng = np.random.default_rng(3)
+    for keep in (1.0, 0.9, 0.6, 0.3):
+        bs = bseen & (rng.random(bseen.size) < keep)
+        ref, spreads = real(mb, bs, g, model)
+        want_ref, want_spreads = _guide._bin_references_by_key(mb, bs, g)
+        np.testing.assert_array_equal(_bits(ref), _bits(want_ref))
+        assert [float(v).hex() for v in spreads] == [float(v).hex() for v in want_spreads]
+        if keep == 1.0:
+            assert len(spreads) >= 4 and np.isfinite(ref).sum() > 20
+    monkeypatch.setattr(_guide, "_bin_references",
+                        lambda mb, bseen, g, m: _guide._bin_references_by_key(mb, bseen, g))
+    want = _guide.guide_features(light.sample, model, palette=pal, valid=kw.get("valid"))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert np.abs(got[:, 1]).sum() > 0 or np.isfinite(ref).any()
+
+
+def test_bin_references_of_made_up_means_are_those_of_the_plain_loop():
+    """Keys of 1-40 bins, means with ties, a NaN (left to the loop): the same values."""
+    from types import SimpleNamespace
+
+    from vision import _guide
+
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 41, 60)
+    key = np.repeat(rng.permutation(60) * 1000 + 7, sizes)
+    key = key[rng.permutation(key.size)]
+    g = SimpleNamespace(bins=key.size, bin_key=key)
+    class Model:  # (a model object to keep the keys with)
+        pass
+
+    model = Model()
+    for decimals in (1, 2, 6):
+        mb = rng.normal(0.5, 0.1, key.size).round(decimals)
+        for keep in (1.0, 0.7, 0.4):
+            bs = rng.random(key.size) < keep
+            ref, spreads = _guide._bin_references(mb, bs, g, model)
+            want_ref, want_spreads = _guide._bin_references_by_key(mb, bs, g)
+            np.testing.assert_array_equal(_bits(ref), _bits(want_ref))
+            assert [float(v).hex() for v in spreads] == [float(v).hex() for v in want_spreads]
+    mb[np.flatnonzero(bs)[0]] = np.nan
+    ref, spreads = _guide._bin_references(mb, bs, g, model)
+    want_ref, want_spreads = _guide._bin_references_by_key(mb, bs, g)
+    np.testing.assert_array_equal(ref, want_ref)
+    np.testing.assert_array_equal(spreads, want_spreads)
