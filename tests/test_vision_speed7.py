@@ -293,3 +293,52 @@ def test_bin_references_of_made_up_means_are_those_of_the_plain_loop():
     want_ref, want_spreads = _guide._bin_references_by_key(mb, bs, g)
     np.testing.assert_array_equal(ref, want_ref)
     np.testing.assert_array_equal(spreads, want_spreads)
+
+
+# --- the paper's medians (vision.marks._median) -----------------------------------------------
+
+def test_median_of_the_paper_sample_is_numpys(captured):
+    """The sample photos' own paper pixels (L*, chroma and their deviations, the four
+    medians of _photo_thresholds): np.median's values and type, bit for bit."""
+    from vision import marks
+    from vision.colour import linear_to_lab, load_palette
+
+    light, model, kw, th = captured
+    lab = linear_to_lab(light.sample(model.paper_sample))
+    L, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
+    for v in (L, C, np.abs(C - float(np.median(C))), np.abs(L - float(np.median(L))), L[1:]):
+        want, got = np.median(v), marks._median(v)
+        assert type(got) is type(want) and got.tobytes() == want.tobytes()
+    # (and the thresholds built on them, as from np.median)
+    got = marks._photo_thresholds(lab, load_palette("default"))
+    c_med = float(np.median(C))
+    l_med = float(np.median(L))
+    assert (got["paper_chroma"], got["paper_l"]) == (c_med, l_med)
+    assert got["paper_chroma_sd"] == 1.4826 * float(np.median(np.abs(C - c_med)))
+    assert got["paper_l_sd"] == 1.4826 * float(np.median(np.abs(L - l_med)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_median_of_made_up_values_is_numpys(dtype):
+    """Odd and even counts, heavy tails, heavy ties (a window that misses the middle), all
+    values equal, a NaN, short arrays and strided views: np.median's value bit for bit."""
+    from vision import marks
+
+    rng = np.random.default_rng(8)
+    cases = []
+    for n in (1, 2, 7, 4095, 4096, 4097, 20331, 20332, 50001):
+        cases += [rng.normal(size=n), np.abs(rng.standard_cauchy(n)),
+                  rng.integers(0, 3, n).astype(float), np.full(n, 2.5),
+                  (rng.normal(size=n) * 0.01 + 100).round(2)]
+    skewed = np.concatenate([np.zeros(15000), rng.normal(size=5000)])
+    cases += [skewed, rng.permutation(skewed)]
+    nan = rng.normal(size=9000)
+    nan[17] = np.nan
+    cases.append(nan)
+    cases = [v.astype(dtype) for v in cases]
+    cases.append(rng.normal(size=(40000, 3)).astype(dtype)[:, 1])  # (a column, as L* is)
+    for v in cases:
+        with np.errstate(invalid="ignore"):
+            want, got = np.median(v), marks._median(v)
+        assert type(got) is type(want)
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (v.size, v[:5])

@@ -568,6 +568,35 @@ class _Features:
     lines: Mapping[str, np.ndarray] | None = None
 
 
+def _median(x: np.ndarray):
+    """``np.median(x)`` of a 1-D float array, the same value, in about a third of the time
+    for the paper sample's ~20,000 values (:func:`_photo_thresholds` takes four).
+
+    The median is the mean (``np.mean``, as ``np.median`` takes it) of the one or two middle
+    order statistics. They are found in a window: the values between two order statistics
+    of a strided sample of ~512 values around its middle. When fewer values than the middle
+    rank lie below the window and the window reaches past it (the usual case), the middle
+    order statistics of ``x`` are those of the window at the rank less the values below,
+    found by partitioning the window alone (a few hundred values instead of all of them).
+    Anything else (a short array, a window that misses the middle, a NaN: the counts below,
+    inside and above do not add up) is left to ``np.median``."""
+    x = np.asarray(x)
+    n = x.size
+    if x.ndim != 1 or n < 4096 or x.dtype.kind != "f":
+        return np.median(x)
+    ks = [n // 2 - 1, n // 2] if n % 2 == 0 else [(n - 1) // 2]
+    s = np.sort(x[:: n // 512])
+    m = s.size
+    lo, hi = s[max(m // 2 - 40, 0)], s[min(m // 2 + 40, m - 1)]
+    below = np.count_nonzero(x < lo)
+    win = x[(x >= lo) & (x <= hi)]
+    if (below > ks[0] or below + win.size <= ks[-1]
+            or below + win.size + np.count_nonzero(x > hi) != n):
+        return np.median(x)
+    at = [k - below for k in ks]
+    return np.mean(np.partition(win, at)[at])
+
+
 def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, float]:
     """Coloured/dark thresholds from this photo's own paper noise."""
     if lab_paper.shape[0] < 50:
@@ -577,10 +606,10 @@ def _photo_thresholds(lab_paper: np.ndarray, palette: Palette) -> dict[str, floa
     L = lab_paper[:, 0]
     # Robust noise scales (median and MAD): the paper mask may catch a little print bleed or
     # a stray stroke, which must not raise the thresholds for the whole sheet.
-    c_med = float(np.median(C))
-    c_sd = 1.4826 * float(np.median(np.abs(C - c_med)))
-    l_med = float(np.median(L))
-    l_sd = 1.4826 * float(np.median(np.abs(L - l_med)))
+    c_med = float(_median(C))
+    c_sd = 1.4826 * float(_median(np.abs(C - c_med)))
+    l_med = float(_median(L))
+    l_sd = 1.4826 * float(_median(np.abs(L - l_med)))
     chroma = max(palette.min_chroma, c_med + 6.0 * c_sd + 2.0)
     drop = max(9.0, 6.0 * l_sd + 3.0)
     # Faint-evidence thresholds (half the margins): what a light hand leaves. Used only to
