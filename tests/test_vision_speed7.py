@@ -342,3 +342,42 @@ def test_median_of_made_up_values_is_numpys(dtype):
             want, got = np.median(v), marks._median(v)
         assert type(got) is type(want)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (v.size, v[:5])
+
+
+# --- the ink around each region (vision.marks._measure_halo) ---------------------------------
+
+def _measure_halo_before(lab, model, th, valid):
+    """``_measure_halo`` as it was: each count a bincount weighted by a 0/1 selection."""
+    R = len(model.region_ids)
+    L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
+    C = np.hypot(a, b)
+    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0))
+    dark = (L < th["dark_l"]) & ~col
+    ok = np.ones(L.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[model.halo_pix]
+    ink = (col | dark) & ok
+    lbl, dg = model.halo_label, model.halo_diag
+    nd = np.maximum(np.bincount(lbl, dg & ok, R), 1)
+    no = np.maximum(np.bincount(lbl, ~dg & ok, R), 1)
+    return {"halo_diag": np.bincount(lbl, ink & dg, R) / nd,
+            "halo_off": np.bincount(lbl, ink & ~dg, R) / no,
+            "halo_dark_diag": np.bincount(lbl, dark & ok & dg, R) / nd}
+
+
+def test_halo_columns_are_the_weighted_bincounts(captured):
+    """The sample photos' own halo pixels, thresholds moved to make more and less ink, with
+    the photo's frame, none and a third of it outside the photo: the same float64 columns."""
+    from vision import marks
+    from vision.colour import linear_to_lab
+
+    light, model, kw, th = captured
+    lab = linear_to_lab(light.sample(model.halo_pix))
+    ths = [th, {**th, "chroma": 3.0, "dark_l": 97.0}, {**th, "chroma": 25.0, "dark_l": 60.0}]
+    for valid in _valid_masks(model, kw):
+        for t in ths:
+            want = _measure_halo_before(lab, model, t, valid)
+            got = marks._measure_halo(lab, model, t, valid)
+            assert list(got) == list(want)
+            for k in want:
+                assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+                np.testing.assert_array_equal(_bits(got[k]), _bits(want[k]), err_msg=k)
+            assert want["halo_off"].sum() > 0
