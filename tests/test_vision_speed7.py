@@ -381,3 +381,26 @@ def test_halo_columns_are_the_weighted_bincounts(captured):
                 assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
                 np.testing.assert_array_equal(_bits(got[k]), _bits(want[k]), err_msg=k)
             assert want["halo_off"].sum() > 0
+
+
+def test_guide_pixels_kept_whole_are_the_masked_ones(captured):
+    """vision._guide._kept: the guide pixels' colours, labels and bins as masked by a whole
+    frame (all kept: the same arrays, not copies) and by a part of it; guide_features reads
+    the same columns with ok given as all True, as None and from the frame."""
+    from vision import _guide
+
+    light, model, kw, th = captured
+    g = _guide.guide_geometry(model)
+    q = np.asarray(light.sample(g.guide_pix), np.float32)
+    for valid in _valid_masks(model, kw)[::2]:
+        good = (np.asarray(valid, bool).reshape(-1)[model.pix][g.guide] if valid is not None
+                else np.ones(g.guide.size, bool))
+        got = _guide._kept(good, q, g.guide_label, g.guide_bin)
+        for a, b in zip(got, (q, g.guide_label, g.guide_bin)):
+            np.testing.assert_array_equal(a, b[good])
+        if good.all():
+            assert got[0] is q
+    pal = kw["palette"]
+    a = _guide.guide_features(light.sample, model, palette=pal, ok=None)
+    b = _guide.guide_features(light.sample, model, palette=pal, ok=np.ones(model.pix.size, bool))
+    np.testing.assert_array_equal(_bits(a), _bits(b))

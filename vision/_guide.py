@@ -243,6 +243,15 @@ def _bin_references_by_key(mb: np.ndarray, bseen: np.ndarray, g: GuideGeometry):
     return ref_b, spreads
 
 
+def _kept(good: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """``[a[good] for a in arrays]``, the arrays themselves when ``good`` is all True (the
+    usual case, a whole frame inside the photo: ~0.15 ms of copies a Reefs photo saved; the
+    callers only read them)."""
+    if good.all():
+        return list(arrays)
+    return [a[good] for a in arrays]
+
+
 def guide_features(sample, model, *, palette, ok: np.ndarray | None = None,
                    valid: np.ndarray | None = None) -> np.ndarray:
     """The columns ``GUIDE_FEATURES`` of one photo.
@@ -303,7 +312,7 @@ def guide_features(sample, model, *, palette, ok: np.ndarray | None = None,
     good = np.ones(g.guide.size, bool) if ok is None else np.asarray(ok, bool)[g.guide]
     if not good.any():
         return X
-    q, lbl, bins = q[good], g.guide_label[good], g.guide_bin[good]
+    q, lbl, bins = _kept(good, q, g.guide_label, g.guide_bin)
     y = q @ _LUM
     lab = linear_to_lab(q)
     n = np.bincount(lbl, minlength=R)
