@@ -404,3 +404,45 @@ def test_guide_pixels_kept_whole_are_the_masked_ones(captured):
     a = _guide.guide_features(light.sample, model, palette=pal, ok=None)
     b = _guide.guide_features(light.sample, model, palette=pal, ok=np.ones(model.pix.size, bool))
     np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+# --- the trees' distinct splits compared once (vision.learned._node_major_leaves) -----------
+
+def test_distinct_splits_give_every_node_its_own_comparison(captured, monkeypatch):
+    """Every node's split is its distinct split's (feature and float32 threshold, bit for bit),
+    and the leaves reached are those of comparing node by node: on a sample photo's rows
+    (and rows put on and just above thresholds) for reader-v8 and both members, and on
+    random trees with 8- to 32-bit masks."""
+    import vision.learned as L
+    from test_vision_learned import _random_trees
+    from vision import marks
+
+    def node_by_node(t):
+        return {k: v for k, v in t.items()
+                if k not in ("split_feature", "split_threshold", "node_split")}
+
+    light, model, kw, th = captured
+    X = np.asarray(marks.classify_sheet(light, model, **kw).matrix, np.float32)
+    top = L.default_model()
+    rng = np.random.default_rng(12)
+    for reader in (top,) + tuple(top.committee):
+        tables = L._exit_leaf_tables(reader.params)
+        nm = L._node_major_tables(reader.params, tables)
+        assert nm["split_feature"].size < 0.6 * nm["feature"].size  # (shared splits)
+        np.testing.assert_array_equal(nm["split_feature"][nm["node_split"]], nm["feature"])
+        np.testing.assert_array_equal(_bits(nm["split_threshold"][nm["node_split"]]),
+                                      _bits(nm["threshold"]))
+        on = X.copy()
+        node = rng.integers(0, nm["feature"].size, size=on.shape[0])
+        on[np.arange(on.shape[0]), nm["feature"][node]] = nm["threshold"][node, 0]
+        for rows in (X, on, np.nextafter(on, np.float32(np.inf)), X[:1]):
+            np.testing.assert_array_equal(L._node_major_leaves(rows, nm),
+                                          L._node_major_leaves(rows, node_by_node(nm)))
+    monkeypatch.setattr(L, "NODE_MAJOR_MAX_PADDING", 100.0)
+    for depths in ([1, 3, 2, 0] * 4, [4, 2, 4, 1] * 4, [5, 5, 2, 0] * 4):
+        p = _random_trees(rng, depths, full=True)
+        nm = L._node_major_tables(p, L._exit_leaf_tables(p))
+        R = rng.normal(size=(97, 6)).astype(np.float32)
+        R[:5] = p["threshold"][0]
+        np.testing.assert_array_equal(L._node_major_leaves(R, nm),
+                                      L._node_major_leaves(R, node_by_node(nm)))

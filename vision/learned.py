@@ -370,17 +370,27 @@ def _build_node_major_tables(t: Mapping) -> dict | None:
     at = np.where(real, starts[:, None] + k[None, :], 0)
     low = np.iinfo(dtype).max
     mask = np.where(real, t["mask"][at] & low, low).astype(dtype)
+    feature = np.where(real, t["feature"][at], 0).T.reshape(-1)
+    threshold = np.where(real, t["threshold"][at], np.float32(0)).astype(np.float32).T.reshape(-1)
+    # the distinct splits (feature, threshold): trees fitted on binned features share many
+    # (reader-v8: 3,431 of 8,000 nodes); each is compared once and its answer gathered for
+    # every node that makes it (:func:`_node_major_leaves`)
+    splits, node_split = np.unique(np.stack([feature.astype(np.float64),
+                                             threshold.astype(np.float64)], 1),
+                                   axis=0, return_inverse=True)
     tables = {
         "K": K,
         "T": T,
         # node-major: (K, T) flattened
-        "feature": np.where(real, t["feature"][at], 0).T.reshape(-1),
-        "threshold": np.where(real, t["threshold"][at], np.float32(0)).astype(
-            np.float32).T.reshape(-1, 1),
+        "feature": feature,
+        "threshold": threshold.reshape(-1, 1),
         "mask": mask.T.reshape(-1, 1),
         "first_leaf": t["first_leaf"][:, None],
         "value": t["value"],
         "float": np.float32 if np.iinfo(dtype).bits <= 32 else np.float64,
+        "split_feature": splits[:, 0].astype(np.int64),
+        "split_threshold": splits[:, 1].astype(np.float32).reshape(-1, 1),
+        "node_split": node_split.reshape(-1).astype(np.intp),
     }
     return tables
 
@@ -400,8 +410,14 @@ def _node_major_leaves(X: np.ndarray, t: Mapping) -> np.ndarray:
     tree-major (:func:`_node_major_leaf_values` takes the values at its transpose)."""
     N = X.shape[0]
     K, T = t["K"], t["T"]
-    xt = np.ascontiguousarray(X.T).take(t["feature"], axis=0)  # (K * T, N)
-    right = np.greater(xt, t["threshold"]).view(np.uint8)
+    if "node_split" in t:
+        # each distinct split compared once, its answer gathered for every node making it:
+        # the same comparisons (the same feature value against the same float32 threshold)
+        xs = np.ascontiguousarray(X.T).take(t["split_feature"], axis=0)  # (splits, N)
+        right = np.greater(xs, t["split_threshold"]).view(np.uint8).take(t["node_split"], axis=0)
+    else:
+        xt = np.ascontiguousarray(X.T).take(t["feature"], axis=0)  # (K * T, N)
+        right = np.greater(xt, t["threshold"]).view(np.uint8)
     m = t["mask"]
     # as in _exit_leaf_values: go right -> the node's mask, go left -> all bits set
     bits = np.subtract(right, 1, dtype=m.dtype)
