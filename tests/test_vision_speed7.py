@@ -446,3 +446,41 @@ def test_distinct_splits_give_every_node_its_own_comparison(captured, monkeypatc
         R[:5] = p["threshold"][0]
         np.testing.assert_array_equal(L._node_major_leaves(R, nm),
                                       L._node_major_leaves(R, node_by_node(nm)))
+
+
+# --- the ring's pixels sampled on the helper thread beside the region features ---------------
+
+@pytest.mark.parametrize("photo", PHOTOS)
+def test_ring_sampled_on_the_helper_thread_reads_as_on_one(photo, monkeypatch):
+    """classify_sheet offers the ring's pixels to the helper thread before the region
+    features (vision._geom_threads.start): with two threads (the machine taken as having an
+    idle core) every reading and the feature matrix are those of one thread, and the ring is
+    sampled once either way."""
+    import cv2
+
+    from vision import _geom_threads, marks
+
+    light, model, kw, th = _capture(photo)
+    rings = []
+    real_ring = marks.ring_pixels
+    monkeypatch.setattr(marks, "ring_pixels", lambda *a, **k: rings.append(1) or real_ring(*a, **k))
+    before = cv2.getNumThreads()
+    try:
+        cv2.setNumThreads(1)
+        one = marks.classify_sheet(light, model, **kw)
+        assert len(rings) == 1
+        monkeypatch.setattr(_geom_threads, "idle_core", lambda: True)
+        cv2.setNumThreads(2)
+        assert _geom_threads.threads() == 2
+        offered = []
+        real_start = marks.start
+        monkeypatch.setattr(marks, "start", lambda fn: offered.append(fn) or real_start(fn))
+        two = marks.classify_sheet(light, model, **kw)
+    finally:
+        cv2.setNumThreads(before)
+    assert len(rings) == 2 and len(offered) >= 5  # (the ring, and the region features' four)
+    np.testing.assert_array_equal(_bits(two.matrix), _bits(one.matrix))
+    assert {k: (r.mark, r.confidence, r.review, r.reason, r.alternatives, r.features)
+            for k, r in two.readings.items()} == {
+        k: (r.mark, r.confidence, r.review, r.reason, r.alternatives, r.features)
+        for k, r in one.readings.items()}

@@ -1494,6 +1494,18 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
           else np.asarray(valid, bool).reshape(-1)[model.pix])
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
+    # the ring and X columns only when the model reads them (or the matrix is kept)
+    want_ev = keep_matrix or (learned is not None
+                              and not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names))
+    want_x = keep_matrix or (learned is not None
+                             and not set(X_FEATURES).isdisjoint(learned.feature_names))
+    # The ring's pixels (sampled once for both families) read the photo alone: offered to the
+    # helper thread ahead of the region features' neighbourhood work, while this thread
+    # takes the texel counts, when a second core is allowed (vision._geom_threads; the same
+    # values either way; with one thread they are sampled here, now). Measured (12 bench
+    # photos, two threads, an idle core, 120 alternating pairs): classify ~1 ms shorter.
+    ring_task = (start(lambda: ring_pixels(sample, model, valid=valid, x_only=not want_ev))
+                 if want_ev or want_x else None)
     # the line features only when the model reads them (or the matrix is kept for a dataset)
     need_lines = keep_matrix or (learned is not None
                                  and not LINE_FEATURES.isdisjoint(learned.feature_names))
@@ -1542,11 +1554,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     matrix = None
     if keep_matrix or learned is not None:
         ev = xc = None  # (only when the model reads them, or the matrix is kept for a dataset)
-        want_ev = keep_matrix or not set(EVIDENCE_FEATURES).isdisjoint(learned.feature_names)
-        want_x = keep_matrix or not set(X_FEATURES).isdisjoint(learned.feature_names)
-        # (the ring's pixels, read by both families: sampled once)
-        ring = (ring_pixels(sample, model, valid=valid, x_only=not want_ev)
-                if want_ev or want_x else None)
+        ring = ring_task.result() if ring_task is not None else None
         if want_ev:
             ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
         if want_x:
