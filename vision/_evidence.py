@@ -217,11 +217,14 @@ def ring_pixels(sample, model, *, valid: np.ndarray | None = None,
     """The ring's pixels of one photo (arguments as :func:`evidence_features`). ``x_only``:
     only those the X columns read (on a diagonal's way out or towards a side's middle, 61 % of
     the ring on a Reefs and a Crypts sheet): enough for :func:`x_features`, the same values,
-    for a model that reads the X columns and not the ring columns."""
+    for a model that reads the X columns and not the ring columns. (Their pixel list and
+    divisor are kept per sheet model, :func:`_x_ring`: one array sampled on every photo, so
+    its interpolation taps are computed once, ``vision.light.pixel_taps``.)"""
     g = ring_geometry(model)
-    sel = per_model(model, "ring_x", lambda _: _x_pixels(g)) if x_only else None
-    pix, div = (g.pix, g.divisor) if sel is None else (g.pix[sel], g.divisor[sel])
-    ok = np.ones(pix.size, bool) if valid is None else np.asarray(valid, bool).reshape(-1)[pix]
+    xr = _x_ring(model) if x_only else None
+    pix, div, sel = (g.pix, g.divisor, None) if xr is None else (xr.pix, xr.divisor, xr.sel)
+    ok = (np.ones(pix.size, bool) if valid is None
+          else np.asarray(valid, bool).reshape(-1).take(pix))
     lab = (linear_to_lab(np.asarray(sample(pix), np.float32) / div) if pix.size
            else np.zeros((0, 3), np.float32))
     L, a, b = lab[:, 0], lab[:, 1], lab[:, 2]
@@ -233,6 +236,42 @@ def _x_pixels(g: RingGeometry) -> np.ndarray:
     idx = np.flatnonzero(g.xzone > 0)
     idx.setflags(write=False)
     return idx
+
+
+@dataclass(frozen=True)
+class _XRing:
+    """The ring pixels the X columns read (:func:`_x_pixels`), taken out of the ring geometry
+    once per sheet model (:func:`_x_ring`), and what :func:`x_features` counts them by.
+
+    ``sel``: their indices into ``RingGeometry.pix``; ``pix``, ``divisor``: theirs (the
+    arrays ``ring_pixels(x_only=True)`` samples); ``key``: ``region * 4 + (zone - 1) * 2 +
+    inner`` of each (zone 1 the diagonals' way out, 2 the sides' middles; inner 1 inside the
+    outline); ``count``: how many of them have each key, ``(R, 2, 2)`` (every pixel usable,
+    the usual case)."""
+
+    sel: np.ndarray
+    pix: np.ndarray
+    divisor: np.ndarray
+    key: np.ndarray
+    count: np.ndarray
+
+
+def _x_ring(model) -> _XRing:
+    """:class:`_XRing` of ``model``, built once per sheet model (``vision._cache.per_model``)."""
+    return per_model(model, "x_ring", _build_x_ring)
+
+
+def _build_x_ring(model) -> _XRing:
+    g = ring_geometry(model)
+    sel = _x_pixels(g)
+    key = (g.label[sel] * 4 + (g.xzone[sel].astype(np.int64) - 1) * 2
+           + g.inner[sel].astype(np.int64))
+    count = np.bincount(key, minlength=4 * g.regions).reshape(g.regions, 2, 2)
+    out = _XRing(sel, np.ascontiguousarray(g.pix[sel]), np.ascontiguousarray(g.divisor[sel]),
+                 key, count)
+    for v in vars(out).values():
+        v.setflags(write=False)
+    return out
 
 
 def ring_geometry(model) -> RingGeometry:
@@ -323,22 +362,25 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None,
     if g.pix.size == 0:
         return X
     px = pixels if pixels is not None else ring_pixels(sample, model, valid=valid, x_only=True)
+    xr = _x_ring(model)
     ok, L, C = px.ok, px.L, px.C
+    if px.sel is None:  # (every ring pixel sampled: those on the zones)
+        ok, L, C = ok.take(xr.sel), L.take(xr.sel), C.take(xr.sel)
+    elif px.sel is not xr.sel and not np.array_equal(px.sel, xr.sel):
+        raise ValueError("x_features reads the ring pixels of ring_pixels(), all or x_only")
     ink = ok & ((C >= float(th["chroma"])) | (L <= float(th["dark_l"])))
-    # (the pixels sampled: all the ring's, or only those on the zones, ring_pixels' x_only)
-    label, xzone, inner = ((g.label, g.xzone, g.inner) if px.sel is None
-                           else (g.label[px.sel], g.xzone[px.sel], g.inner[px.sel]))
-
-    def share(zone, sel):
-        m = sel & (xzone == zone) & ok
-        n = np.bincount(label, m, R)
-        return np.bincount(label, m & ink, R) / np.maximum(n, 1), n
-
-    every = np.ones(label.size, bool)
-    d_all, nd = share(1, every)
-    s_all, ns = share(2, every)
-    d_in, ndi = share(1, inner)
-    s_in, nsi = share(2, inner)
+    # Pixels with pencil and usable pixels, counted by (region, zone, inner half): whole
+    # numbers, so the shares below are the quotients of the same integers as counted zone by
+    # zone and half by half (bincount of 0/1 weights: exact float64 integers).
+    R4 = 4 * R
+    hit = np.bincount(xr.key[ink], minlength=R4).reshape(R, 2, 2)
+    cnt = xr.count if ok.all() else np.bincount(xr.key[ok], minlength=R4).reshape(R, 2, 2)
+    nd, ns = cnt[:, 0].sum(axis=1), cnt[:, 1].sum(axis=1)  # zone 1 / 2, both halves
+    ndi, nsi = cnt[:, 0, 1], cnt[:, 1, 1]  # the inner half
+    d_all = hit[:, 0].sum(axis=1) / np.maximum(nd, 1)
+    s_all = hit[:, 1].sum(axis=1) / np.maximum(ns, 1)
+    d_in = hit[:, 0, 1] / np.maximum(ndi, 1)
+    s_in = hit[:, 1, 1] / np.maximum(nsi, 1)
     has = (nd >= SECTOR_MIN_PIXELS) & (ns >= SECTOR_MIN_PIXELS)
     has_in = (ndi >= SECTOR_MIN_PIXELS) & (nsi >= SECTOR_MIN_PIXELS)
     X[:, 0] = np.where(has, d_all, 0.0)

@@ -171,10 +171,6 @@ class LearnedReader:
         xc = np.ascontiguousarray(np.nan_to_num(X))
         qs = _exit_leaf_tables(p)
         nm = None if qs is None else _node_major_tables(p, qs)
-        if nm is not None:
-            vals = _node_major_leaf_values(xc, nm)  # (N, T)
-        else:
-            vals = _leaf_values(xc, p) if qs is None else _exit_leaf_values(xc, qs)
         N = X.shape[0]
         out = np.zeros((N, len(self.classes)), np.float64) + p["baseline"]
         C = len(self.classes)
@@ -182,6 +178,15 @@ class LearnedReader:
         tiled = p.get("tree_class_tiled")
         if tiled is None:
             tiled = tc.size % C == 0 and np.array_equal(tc, np.tile(np.arange(C), tc.size // C))
+        if nm is not None and tiled:
+            # (the leaf values tree-major, (T, N): each class's trees added in tree order, as
+            # the sum below adds them, vectorised over the rows: _node_major_class_sums)
+            out += _node_major_class_sums(xc, nm, C).T
+            return out
+        if nm is not None:
+            vals = _node_major_leaf_values(xc, nm)  # (N, T)
+        else:
+            vals = _leaf_values(xc, p) if qs is None else _exit_leaf_values(xc, qs)
         if tiled:
             out += vals.reshape(N, -1, C).sum(axis=1)  # one tree per class and iteration
         else:
@@ -365,17 +370,27 @@ def _build_node_major_tables(t: Mapping) -> dict | None:
     at = np.where(real, starts[:, None] + k[None, :], 0)
     low = np.iinfo(dtype).max
     mask = np.where(real, t["mask"][at] & low, low).astype(dtype)
+    feature = np.where(real, t["feature"][at], 0).T.reshape(-1)
+    threshold = np.where(real, t["threshold"][at], np.float32(0)).astype(np.float32).T.reshape(-1)
+    # the distinct splits (feature, threshold): trees fitted on binned features share many
+    # (reader-v8: 3,431 of 8,000 nodes); each is compared once and its answer gathered for
+    # every node that makes it (:func:`_node_major_leaves`)
+    splits, node_split = np.unique(np.stack([feature.astype(np.float64),
+                                             threshold.astype(np.float64)], 1),
+                                   axis=0, return_inverse=True)
     tables = {
         "K": K,
         "T": T,
         # node-major: (K, T) flattened
-        "feature": np.where(real, t["feature"][at], 0).T.reshape(-1),
-        "threshold": np.where(real, t["threshold"][at], np.float32(0)).astype(
-            np.float32).T.reshape(-1, 1),
+        "feature": feature,
+        "threshold": threshold.reshape(-1, 1),
         "mask": mask.T.reshape(-1, 1),
         "first_leaf": t["first_leaf"][:, None],
         "value": t["value"],
         "float": np.float32 if np.iinfo(dtype).bits <= 32 else np.float64,
+        "split_feature": splits[:, 0].astype(np.int64),
+        "split_threshold": splits[:, 1].astype(np.float32).reshape(-1, 1),
+        "node_split": node_split.reshape(-1).astype(np.intp),
     }
     return tables
 
@@ -387,10 +402,22 @@ def _node_major_leaf_values(X: np.ndarray, t: Mapping) -> np.ndarray:
     columns gathered from the transposed matrix, one AND per inner-node rank instead of a
     ``reduceat`` over 5-node groups), on one byte per mask for small trees; reader-v7's
     1,600 trees on the 12 bench photos' rows: less than half the time."""
+    return t["value"].take(_node_major_leaves(X, t).T)
+
+
+def _node_major_leaves(X: np.ndarray, t: Mapping) -> np.ndarray:
+    """(T, N) int: the index (into ``t["value"]``) of the leaf each row reaches in each tree,
+    tree-major (:func:`_node_major_leaf_values` takes the values at its transpose)."""
     N = X.shape[0]
     K, T = t["K"], t["T"]
-    xt = np.ascontiguousarray(X.T).take(t["feature"], axis=0)  # (K * T, N)
-    right = np.greater(xt, t["threshold"]).view(np.uint8)
+    if "node_split" in t:
+        # each distinct split compared once, its answer gathered for every node making it:
+        # the same comparisons (the same feature value against the same float32 threshold)
+        xs = np.ascontiguousarray(X.T).take(t["split_feature"], axis=0)  # (splits, N)
+        right = np.greater(xs, t["split_threshold"]).view(np.uint8).take(t["node_split"], axis=0)
+    else:
+        xt = np.ascontiguousarray(X.T).take(t["feature"], axis=0)  # (K * T, N)
+        right = np.greater(xt, t["threshold"]).view(np.uint8)
     m = t["mask"]
     # as in _exit_leaf_values: go right -> the node's mask, go left -> all bits set
     bits = np.subtract(right, 1, dtype=m.dtype)
@@ -399,10 +426,42 @@ def _node_major_leaf_values(X: np.ndarray, t: Mapping) -> np.ndarray:
     reach = b[0].copy()
     for k in range(1, K):
         reach &= b[k]
-    reach &= -reach  # the lowest bit set: the leftmost reachable leaf
-    pos = np.frexp(reach.astype(t["float"]))[1]  # bit + 1, exactly
+    if reach.dtype == np.uint8:
+        # (one byte: the lowest bit's number + 1, as below, looked up in a table of 256)
+        pos = _LOWEST_BIT.take(reach)
+    else:
+        reach &= -reach  # the lowest bit set: the leftmost reachable leaf
+        pos = np.frexp(reach.astype(t["float"]))[1]  # bit + 1, exactly
     pos += t["first_leaf"]
-    return t["value"].take(pos.T)
+    return pos
+
+
+def _lowest_bit_table() -> np.ndarray:
+    """For each byte v: what :func:`_node_major_leaves` computes for a ``uint8`` reach v
+    without the table (its lowest set bit, as float32, frexp's exponent: the bit's number + 1;
+    0 for v = 0, which a reach never is)."""
+    v = np.arange(256, dtype=np.uint8)
+    low = v & -v
+    out = np.frexp(low.astype(np.float32))[1].astype(np.int64)
+    out.setflags(write=False)
+    return out
+
+
+_LOWEST_BIT = _lowest_bit_table()
+
+
+def _node_major_class_sums(X: np.ndarray, t: Mapping, C: int) -> np.ndarray:
+    """(C, N) float64: each class's leaf values (trees ``c, c + C, c + 2C, ...``, the tiled
+    layout of one tree per class and iteration) added up in tree order for every row; the
+    same sums, added in the same order, as ``_node_major_leaf_values(X, t).reshape(N, -1,
+    C).sum(axis=1)`` (a reduction over a middle axis adds its items one after the other),
+    transposed. Why: the leaf values gathered tree-major ((T, N), contiguous rows) and summed
+    over the outer axis, each step a vectorised add of C * N values, instead of gathering
+    them row-major through the transposed leaf indices and adding C values at a time."""
+    pos = _node_major_leaves(X, t)
+    vals = t["value"].take(pos)  # (T, N)
+    N = vals.shape[1]
+    return np.add.reduce(vals.reshape(-1, C, N), axis=0)
 
 
 def _arr(doc, key, where, problems, *, dtype=np.float32, ndim=None):
