@@ -74,7 +74,10 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     assert reader_dataset.seed_allowed(900299)      # spent in session 6 (default painter)
     assert reader_dataset.seed_allowed(1000299)     # spent in session 7 (default painter)
     assert reader_dataset.seed_allowed(1100299)     # spent in session 8 (default painter)
-    assert not reader_dataset.seed_allowed(1200000)  # the next fresh measurement: never
+    assert reader_dataset.seed_allowed(1200299)     # spent in session 11 (default painter)
+    assert reader_dataset.seed_allowed(1300000)     # spent in session 12 (default painter)
+    assert not reader_dataset.seed_allowed(1400000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(1070001)  # the held-out painter's: never
     assert not reader_dataset.seed_allowed(1050001)  # the held-out painter's: never
     assert not reader_dataset.seed_allowed(770001)  # the held-out painter's: never
     assert not reader_dataset.seed_allowed(750001) and not reader_dataset.seed_allowed(None)
@@ -88,7 +91,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [1200001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [1400001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
 
