@@ -392,6 +392,8 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
         truth = _load_truth(truth_path)
         preset = str(truth.get("preset", "?"))
         markers = "markers" if truth.get("markers", True) else "no_markers"
+        # (the flag_reasons counts this photo's flags go to)
+        reason_keys = ("all", "easy_typical") if preset in ("easy", "typical") else ("all",)
         marks = truth["marks"]
         try:
             truth_template = get_template(truth["template"])
@@ -415,7 +417,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
                 regions_total += 1
                 regions_flagged += 1
                 flagged_errors += 1
-            for key in ("all", "easy_typical") if preset in ("easy", "typical") else ("all",):
+            for key in reason_keys:
                 flag_reasons[key]["photo not read"] += len(marks)
             sheet.update({"error": code, "errors": len(marks), "flagged": len(marks),
                           "regions": len(marks), "confident_errors": 0, "conditions": bins})
@@ -459,7 +461,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
             if review:
                 why = (_reason_category(r.reason) if r is not None
                        else "template not identified")
-                for key in ("all", "easy_typical") if preset in ("easy", "typical") else ("all",):
+                for key in reason_keys:
                     flag_reasons[key][why] += 1
             if not ok:
                 wrong += 1
