@@ -49,8 +49,14 @@ def plan(count: int, seed: int) -> list[tuple[str, str, bool, int]]:
     return out
 
 
-def corpus_marks(template, seed: int) -> tuple[dict, str]:
-    """The marks of one photo and where they came from (``game`` or ``random``)."""
+def corpus_marks(template, seed: int, cross_rate: float = 0.0) -> tuple[dict, str]:
+    """The marks of one photo and where they came from (``game`` or ``random``).
+
+    ``cross_rate`` > 0 (training corpora only: ``--cross-rate``) then crosses out each region
+    that allows it with that probability, from a stream of its own (so the rest of the photo
+    is the one the seed gives without it). Crossings-out are a few per sheet in a real game:
+    too rare for a learned reader to see every way of drawing one.
+    """
     import numpy as np
 
     from scoring.registry import engine_for
@@ -67,18 +73,24 @@ def corpus_marks(template, seed: int) -> tuple[dict, str]:
     marks = {k: v for k, v in marks.items() if k not in swatches}
     if rng.random() < 2 / 3:
         marks = with_swatches(template, marks, rng, p=0.95)
+    if cross_rate > 0:
+        r_cross = np.random.default_rng([seed, 0xC2055])
+        marks = dict(marks)
+        for r in template.readable_regions():
+            if r.kind != "swatch" and "crossed" in r.marks and r_cross.random() < cross_rate:
+                marks[r.id] = "crossed"
     return marks, source
 
 
 def make_one(job: tuple) -> tuple[str, float, int]:
     """Make one photo and its truth in ``out``; return (stem, seconds, bytes)."""
-    template_id, preset, markers, seed, out, painter, overrides = job
+    template_id, preset, markers, seed, out, painter, overrides, cross_rate = job
     from calibration.template import get_template
     from sheetcheck.simulator import simulate_photo, truth_json
 
     t0 = time.perf_counter()
     template = get_template(template_id)
-    marks, source = corpus_marks(template, seed)
+    marks, source = corpus_marks(template, seed, cross_rate)
     photo = simulate_photo(template, marks, seed=seed, preset=preset, markers=markers, painter=painter,
                            overrides=overrides)
     truth = dict(photo.truth)
@@ -86,6 +98,8 @@ def make_one(job: tuple) -> tuple[str, float, int]:
     truth["painter"] = painter
     truth["conditions"] = {**truth["conditions"], "painter": painter}
     truth["corpus"] = {"script": "scripts/make_corpus.py", "overrides": dict(overrides)}
+    if cross_rate > 0:
+        truth["corpus"]["cross_rate"] = cross_rate
     stem = f"{template_id}-{preset}-{'m' if markers else 'nm'}-s{seed}"
     out = Path(out)
     (out / f"{stem}.jpg").write_bytes(photo.jpeg)
@@ -105,6 +119,9 @@ def main(argv=None) -> int:
                     help="processes (default: both cores)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="fix a simulator condition for every photo (recorded in the truth)")
+    ap.add_argument("--cross-rate", type=float, default=0.0, metavar="P",
+                    help="training corpora only: also cross out each region that allows it "
+                         "with probability P (recorded in the truth)")
     args = ap.parse_args(argv)
     overrides = {}
     for item in args.set:
@@ -112,6 +129,8 @@ def main(argv=None) -> int:
         if not eq or not key:
             ap.error(f"--set needs KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
+    if not 0 <= args.cross_rate <= 1:
+        ap.error(f"--cross-rate must be within 0..1, got {args.cross_rate}")
     if args.count < 1:
         ap.error(f"--count must be at least 1, got {args.count}")
     if args.workers < 1:
@@ -122,7 +141,8 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: cannot create output folder {out}: {e.strerror}.", file=sys.stderr)
         return 2
-    jobs = [(*p, str(out), args.painter, overrides) for p in plan(args.count, args.seed)]
+    jobs = [(*p, str(out), args.painter, overrides, args.cross_rate)
+            for p in plan(args.count, args.seed)]
     # a bad --set is found on the first photo; check it here so the error is one clear line
     try:
         from calibration.template import get_template

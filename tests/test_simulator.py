@@ -589,3 +589,35 @@ def test_make_corpus_varied_painter(tmp_path):
     assert truth["conditions"]["hand"]["cross_style"] in VARIED_CROSS_STYLES
     assert mc.main(["--out", str(tmp_path), "--count", "1", "--painter", "varied",
                     "--set", "hand.nonsense=1"]) == 2
+
+
+def test_make_corpus_cross_rate(tmp_path):
+    """--cross-rate (training corpora) crosses out more regions and changes nothing else: the
+    other regions keep the marks the seed gives, and the rate is recorded in the truth."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_corpus", path)
+    mc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mc)
+    plain, crossed = tmp_path / "plain", tmp_path / "crossed"
+    common = ["--count", "1", "--seed", "99100", "--workers", "1", "--set", "output_long_side=400"]
+    assert mc.main(["--out", str(plain), *common]) == 0
+    assert mc.main(["--out", str(crossed), *common, "--cross-rate", "0.3"]) == 0
+    a = json.loads(next(plain.glob("*.truth.json")).read_text())
+    b = json.loads(next(crossed.glob("*.truth.json")).read_text())
+    assert "cross_rate" not in a["corpus"] and b["corpus"]["cross_rate"] == 0.3
+    template = get_template(a["template"])
+    crossable = {r.id for r in template.readable_regions()
+                 if "crossed" in r.marks and r.kind != "swatch"}
+    changed = {k for k in a["marks"] if a["marks"][k] != b["marks"][k]}
+    assert changed and changed <= crossable
+    assert all(b["marks"][k] == "crossed" for k in changed)
+    n_a = sum(v == "crossed" for v in a["marks"].values())
+    n_b = sum(v == "crossed" for v in b["marks"].values())
+    assert n_b >= n_a + 0.15 * len(crossable)  # about 0.3 of them, far above a game's few
+    assert a["conditions"]["colour_temp_k"] == b["conditions"]["colour_temp_k"]
+    with pytest.raises(SystemExit) as e:  # argparse's usage error
+        mc.main(["--out", str(crossed), *common, "--cross-rate", "1.5"])
+    assert e.value.code == 2
