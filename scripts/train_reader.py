@@ -91,6 +91,8 @@ def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
             out.setdefault(k, []).append(v)
     keys = ("X", "y", "allowed", "photo", "kind", "preset", "painter", "hand_mark", "photo_conf")
     res = {k: np.concatenate(out[k]) for k in keys}
+    # which dataset each row came from (index into ``paths``): per-dataset sample weights
+    res["part"] = np.concatenate([np.full(len(y), i, np.int16) for i, y in enumerate(out["y"])])
     res["photos"] = np.concatenate(out["photos"])
     res["seeds"] = np.concatenate(out["seeds"])
     res["skipped"] = sum((json.loads(str(s)) for s in out["skipped"]), [])
@@ -497,12 +499,26 @@ def main(argv=None) -> int:
                     help="feature columns the model does not read, comma-separated names or "
                          "prefixes ending in * (e.g. ev_ring_*): a model that does not read a "
                          "column never pays for measuring it")
+    ap.add_argument("--weight", action="append", default=[], metavar="PATH=W",
+                    help="fit the rows of the --train dataset PATH with sample weight W (default "
+                         "1), e.g. a corpus made with more crossings-out than a game has, so "
+                         "that it teaches their look without shifting the marks' prior as much")
     ap.add_argument("--save-sklearn", help="also pickle the scikit-learn model here (debugging)")
     args = ap.parse_args(argv)
     tier_only_marks = [m for m in args.tier_only.split(",") if m]
     unknown = sorted(set(tier_only_marks) - set(MARKS))
     if unknown:  # (before minutes of fitting: a typo would otherwise fail at the export)
         sys.exit(f"--tier-only names no mark {unknown}: marks are {', '.join(MARKS)}")
+    part_weight = np.ones(len(args.train))
+    for item in args.weight:
+        path, eq, w = item.rpartition("=")
+        try:
+            w = float(w)
+        except ValueError:
+            w = -1.0
+        if not eq or path not in args.train or not w > 0:
+            sys.exit(f"--weight {item!r}: give PATH=W with PATH one of the --train datasets and W > 0")
+        part_weight[args.train.index(path)] = w
 
     # every row, trained on, calibrating or validating, must see the light the reader will
     tones = {p: tone_of(np.load(p)) for p in args.train + args.val + args.calib}
@@ -510,6 +526,7 @@ def main(argv=None) -> int:
         sys.exit(f"datasets read with and without the light's tone correction: {tones}; "
                  "rebuild them alike (scripts/reader_dataset.py --tone)")
     tr = load_sets(args.train)
+    row_weight = part_weight[tr["part"]]
     bad = sorted(set(tr["painter"].tolist()) - set(TRAIN_PAINTERS))
     if bad:
         sys.exit(f"training data holds photos of the painter(s) {bad}: only {list(TRAIN_PAINTERS)} "
@@ -540,7 +557,8 @@ def main(argv=None) -> int:
             max_iter=args.iters, learning_rate=args.lr, max_leaf_nodes=args.leaves,
             min_samples_leaf=args.min_leaf, l2_regularization=args.l2, early_stopping=False,
             random_state=args.seed)
-        m.fit(Xk[rows], y[rows])
+        # (no weights unless asked: the fit is then exactly the one without the option)
+        m.fit(Xk[rows], y[rows], sample_weight=None if args.weight == [] else row_weight[rows])
         return m
 
     if args.kind == "gbdt":
@@ -707,7 +725,9 @@ def main(argv=None) -> int:
                      "light_tone_correction": bool(tr["tone_correction"]),
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
                                 "min_leaf": args.min_leaf, "l2": args.l2,
-                                "independent": args.independent} if args.kind == "gbdt"
+                                "independent": args.independent,
+                                "weights": {p: float(part_weight[i]) for i, p in enumerate(args.train)
+                                            if part_weight[i] != 1.0}} if args.kind == "gbdt"
                      else {"hidden": [64, 32]}},
         "validation": validation,
     })

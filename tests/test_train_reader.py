@@ -210,3 +210,12 @@ def test_dropped_columns_are_left_out_of_the_model_and_an_unknown_name_is_refuse
     assert train_reader.model_feature_names("") == FEATURE_NAMES
     with pytest.raises(SystemExit, match="names no feature column"):
         train_reader.model_feature_names("ev_rings_*")
+
+
+def test_a_weight_must_name_a_training_dataset_and_be_positive(tmp_path):
+    # (checked before any dataset is loaded or minutes are spent fitting)
+    train = str(tmp_path / "train.npz")
+    for bad in (str(tmp_path / "other.npz") + "=0.5", train + "=0", train + "=heavy", "0.5"):
+        with pytest.raises(SystemExit, match=r"--weight .*: give PATH=W"):
+            train_reader.main(["--train", train, "--out", str(tmp_path / "m.json"),
+                               "--weight", bad])
