@@ -558,7 +558,7 @@ def main(argv=None) -> int:
             min_samples_leaf=args.min_leaf, l2_regularization=args.l2, early_stopping=False,
             random_state=args.seed)
         # (no weights unless asked: the fit is then exactly the one without the option)
-        m.fit(Xk[rows], y[rows], sample_weight=None if args.weight == [] else row_weight[rows])
+        m.fit(Xk[rows], y[rows], sample_weight=row_weight[rows] if args.weight else None)
         return m
 
     if args.kind == "gbdt":

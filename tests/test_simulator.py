@@ -574,7 +574,8 @@ def test_varied_erased_ghosts_stay_faint_and_written_numbers_show(reefs):
                 assert np.sort(d)[-15:].mean() > 0.15, f"seed {seed}: number in {r.id} invisible"
 
 
-def test_make_corpus_varied_painter(tmp_path):
+def _make_corpus_script():
+    """scripts/make_corpus.py as a module (it is a script, not part of the package)."""
     import importlib.util
     from pathlib import Path
 
@@ -582,6 +583,11 @@ def test_make_corpus_varied_painter(tmp_path):
     spec = importlib.util.spec_from_file_location("make_corpus", path)
     mc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mc)
+    return mc
+
+
+def test_make_corpus_varied_painter(tmp_path):
+    mc = _make_corpus_script()
     assert mc.main(["--out", str(tmp_path), "--count", "1", "--seed", "99000", "--workers", "1",
                     "--painter", "varied", "--set", "output_long_side=400"]) == 0
     truth = json.loads(next(tmp_path.glob("*.truth.json")).read_text())
@@ -594,13 +600,7 @@ def test_make_corpus_varied_painter(tmp_path):
 def test_make_corpus_cross_rate(tmp_path):
     """--cross-rate (training corpora) crosses out more regions and changes nothing else: the
     other regions keep the marks the seed gives, and the rate is recorded in the truth."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "make_corpus.py"
-    spec = importlib.util.spec_from_file_location("make_corpus", path)
-    mc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mc)
+    mc = _make_corpus_script()
     plain, crossed = tmp_path / "plain", tmp_path / "crossed"
     common = ["--count", "1", "--seed", "99100", "--workers", "1", "--set", "output_long_side=400"]
     assert mc.main(["--out", str(plain), *common]) == 0
