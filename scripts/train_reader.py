@@ -572,7 +572,7 @@ def main(argv=None) -> int:
         Z = np.clip((Xk[fit] - mean) / scale, -clip, clip)
         clf = MLPClassifier(hidden_layer_sizes=(64, 32), alpha=1e-3, max_iter=300,
                             early_stopping=True, random_state=args.seed)
-        clf.fit(Z, y[fit])
+        clf.fit(Z, y[fit], sample_weight=row_weight[fit] if args.weight else None)
         body = export_mlp(clf, mean, scale, clip)
     doc = {"format": MODEL_FORMAT, "id": Path(args.out).stem, "kind": args.kind,
            "classes": list(MARKS), "feature_names": list(names), args.kind: body,
@@ -728,7 +728,9 @@ def main(argv=None) -> int:
                                 "independent": args.independent,
                                 "weights": {p: float(part_weight[i]) for i, p in enumerate(args.train)
                                             if part_weight[i] != 1.0}} if args.kind == "gbdt"
-                     else {"hidden": [64, 32]}},
+                     else {"hidden": [64, 32],
+                           "weights": {p: float(part_weight[i]) for i, p in enumerate(args.train)
+                                       if part_weight[i] != 1.0}}},
         "validation": validation,
     })
     model_from_dict(doc, source="<export>")  # the file must load
