@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Remake the learned reader's corpora, datasets and fits from their seeds (docs/EVALUATION.md).
+#
+#   scripts/reader_recipe.sh corpora WORK          # photos + datasets (~90 min on two cores)
+#   scripts/reader_recipe.sh fit WORK SEED [TAG]   # one fit (~7 min on one core), WORK/fits/TAG-sSEED.json
+#   scripts/reader_recipe.sh validate WORK MODEL TAG   # sheetcheck eval of the 9 validation corpora
+#   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
+#
+# The fit is reader-v9's recipe (session 15: reader-v8's datasets, plus train30000,
+# varied90000 and the two crossings-out corpora at weight 0.4, calibrated on 13 corpora);
+# pack three seeds with scripts/pack_committee.py. Training corpora's photos are deleted once
+# their dataset is built (300 photos are ~200 MB); validation corpora's are kept for `validate`.
+# A corpus whose dataset (or, for validation corpora, whose folder) exists is skipped, so an
+# interrupted run picks up where it stopped.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+run() { if [ -n "${DRY_RUN:-}" ]; then echo "$*"; else "$@"; fi; }
+
+# name seed count painter [make_corpus options]; the order is the fit's --train order, and it
+# matters: the same datasets in another order split and fit to other trees
+TRAIN=(
+  "train10000 10000 300 default"
+  "train40000 40000 240 default"
+  "dev0 0 120 default"
+  "varied80000 80000 360 varied"
+  "tick83000 83000 120 varied --set hand.tick_boxes=true"
+  "tick84000 84000 240 varied --set hand.tick_boxes=true"
+  "train30000 30000 300 default"
+  "varied90000 90000 300 varied"
+  "cross70000 70000 240 default --cross-rate 0.15"
+  "cross89000 89000 240 varied --cross-rate 0.15"
+)
+VAL=(  # --val datasets of the fit, and photos read by `validate`
+  "val50000 50000 120 default"
+  "varied87000 87000 120 varied"
+  "ho60000 60000 120 heldout"
+  "ho61000 61000 120 heldout"
+)
+VAL_PHOTOS_ONLY=(  # read by `validate` only
+  "heldout740000 740000 120 heldout"
+  "heldout750000 750000 120 heldout"
+  "heldout760000 760000 120 heldout"
+  "heldout770000 770000 120 heldout"
+  "varied82000 82000 360 varied"
+)
+CALIB=(
+  "target 100000 300 default"
+  "final200k 200000 300 default"
+  "fresh300k 300000 300 default"
+  "fresh400k 400000 300 default"
+  "pair710 710000 120 default"
+  "fresh500k 500000 300 default"
+  "fresh600k 600000 300 default"
+  "fresh800k 800000 300 default"
+  "fresh900k 900000 300 default"
+  "fresh1000k 1000000 300 default"
+  "fresh1100k 1100000 300 default"
+  "fresh1200k 1200000 300 default"
+  "fresh1300k 1300000 300 default"
+)
+WEIGHTS=("cross70000=0.4" "cross89000=0.4")
+
+names() { for e in "$@"; do echo "${e%% *}"; done; }
+
+make_one() {  # WORK keep_photos want_dataset name seed count painter [options...]
+  local work=$1 keep=$2 want=$3 name=$4 seed=$5 count=$6 painter=$7; shift 7
+  local corp="$work/corp/$name" data="$work/data/$name.npz"
+  if { [ "$want" = 1 ] && [ -f "$data" ]; } || { [ "$want" = 0 ] && [ -d "$corp" ]; }; then
+    echo "skip $name (done)"; return
+  fi
+  echo "$(date +%T) $name"
+  run "$PY" "$ROOT/scripts/make_corpus.py" --out "$corp" --painter "$painter" --seed "$seed" \
+      --count "$count" "$@"
+  if [ "$want" = 1 ]; then
+    run "$PY" "$ROOT/scripts/reader_dataset.py" "$corp" --out "$data"
+    if [ "$keep" = 0 ]; then run rm -rf "$corp"; fi
+  fi
+}
+
+usage() { sed -n '2,7p' "$0" >&2; exit 2; }
+
+cmd=${1:-}; [ $# -ge 2 ] || usage
+WORK=$2
+case $cmd in
+  corpora)
+    run mkdir -p "$WORK/corp" "$WORK/data"
+    for e in "${TRAIN[@]}" "${CALIB[@]}"; do make_one "$WORK" 0 1 $e; done
+    for e in "${VAL[@]}"; do make_one "$WORK" 1 1 $e; done
+    for e in "${VAL_PHOTOS_ONLY[@]}"; do make_one "$WORK" 1 0 $e; done
+    echo "corpora done $(date +%T)"
+    ;;
+  fit)
+    [ $# -ge 3 ] || usage
+    SEED=$3; TAG=${4:-reader}
+    run mkdir -p "$WORK/fits"
+    args=()
+    for n in $(names "${TRAIN[@]}"); do args+=(--train "$WORK/data/$n.npz"); done
+    for w in "${WEIGHTS[@]}"; do args+=(--weight "$WORK/data/${w%%=*}.npz=${w#*=}"); done
+    for n in $(names "${VAL[@]}"); do args+=(--val "$WORK/data/$n.npz"); done
+    for n in $(names "${CALIB[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
+    run "$PY" "$ROOT/scripts/train_reader.py" "${args[@]}" \
+      --iters 200 --leaves 6 --lr 0.2 --min-leaf 100 --l2 1 --margin 1.5 --independent --lopo \
+      --by-mark --tiers 0,0.015,0.03 --tier-only written,crossed --seed "$SEED" \
+      --drop 'ev_ring_*' --dump "$WORK/fits/rule_rows_${TAG}_s$SEED.npz" \
+      --out "$WORK/fits/$TAG-s$SEED.json"
+    ;;
+  validate)
+    [ $# -ge 4 ] || usage
+    MODEL=$3; TAG=$4
+    for n in $(names "${VAL[@]}" "${VAL_PHOTOS_ONLY[@]}"); do
+      run "$ROOT/.venv/bin/sheetcheck" eval "$WORK/corp/$n" --reader "$MODEL" \
+          --json "$WORK/ev_${TAG}_$n.json"
+    done
+    ;;
+  *) usage ;;
+esac
