@@ -70,8 +70,13 @@ make_one() {  # WORK keep_photos want_dataset name seed count painter [options..
     echo "skip $name (done)"; return
   fi
   echo "$(date +%T) $name"
-  run "$PY" "$ROOT/scripts/make_corpus.py" --out "$corp" --painter "$painter" --seed "$seed" \
-      --count "$count" "$@"
+  # (into a side folder, moved into place when complete: an interrupted corpus is made again,
+  # never taken for a finished one)
+  run rm -rf "$corp.partial"
+  run "$PY" "$ROOT/scripts/make_corpus.py" --out "$corp.partial" --painter "$painter" \
+      --seed "$seed" --count "$count" "$@"
+  run rm -rf "$corp"
+  run mv "$corp.partial" "$corp"
   if [ "$want" = 1 ]; then
     run "$PY" "$ROOT/scripts/reader_dataset.py" "$corp" --out "$data"
     if [ "$keep" = 0 ]; then run rm -rf "$corp"; fi
@@ -109,7 +114,7 @@ case $cmd in
     [ $# -ge 4 ] || usage
     MODEL=$3; TAG=$4
     for n in $(names "${VAL[@]}" "${VAL_PHOTOS_ONLY[@]}"); do
-      run "$ROOT/.venv/bin/sheetcheck" eval "$WORK/corp/$n" --reader "$MODEL" \
+      run "$(dirname "$PY")/sheetcheck" eval "$WORK/corp/$n" --reader "$MODEL" \
           --json "$WORK/ev_${TAG}_$n.json"
     done
     ;;
