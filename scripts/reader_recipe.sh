@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Remake the learned reader's corpora, datasets and fits from their seeds (docs/EVALUATION.md).
 #
-#   scripts/reader_recipe.sh corpora WORK          # photos + datasets (~90 min on two cores)
+#   scripts/reader_recipe.sh corpora WORK          # photos + datasets (~100 min on two cores)
 #   scripts/reader_recipe.sh fit WORK SEED [TAG]   # one fit (~7 min on one core), WORK/fits/TAG-sSEED.json
 #   scripts/reader_recipe.sh validate WORK MODEL TAG   # sheetcheck eval of the 9 validation corpora
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
 #
-# The fit is reader-v9's recipe (session 15: reader-v8's datasets, plus train30000,
-# varied90000 and the two crossings-out corpora at weight 0.4, calibrated on 13 corpora);
-# pack three seeds with scripts/pack_committee.py. Training corpora's photos are deleted once
-# their dataset is built (300 photos are ~200 MB); validation corpora's are kept for `validate`.
+# The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
+# datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
+# calibrated on the six newest spent measurement corpora (CALIB) and on four corpora crossed out
+# at rate 0.3 (CALIB_CROSS), so that the doubt tiers hold enough crossings-out to choose
+# thresholds for them. RECIPE=v9 gives reader-v9's fit exactly (its 13 calibration corpora, no
+# CALIB_CROSS). Pack three seeds with scripts/pack_committee.py. Training corpora's photos are
+# deleted once their dataset is built (300 photos are ~200 MB); validation corpora's are kept
+# for `validate`.
 # A corpus whose dataset (or, for validation corpora, whose folder) exists is skipped, so an
 # interrupted run picks up where it stopped.
 set -euo pipefail
@@ -44,7 +48,7 @@ VAL_PHOTOS_ONLY=(  # read by `validate` only
   "heldout770000 770000 120 heldout"
   "varied82000 82000 360 varied"
 )
-CALIB=(
+CALIB_V9=(  # reader-v9's calibration corpora that reader-v10 leaves out (RECIPE=v9 only)
   "target 100000 300 default"
   "final200k 200000 300 default"
   "fresh300k 300000 300 default"
@@ -52,6 +56,8 @@ CALIB=(
   "pair710 710000 120 default"
   "fresh500k 500000 300 default"
   "fresh600k 600000 300 default"
+)
+CALIB=(
   "fresh800k 800000 300 default"
   "fresh900k 900000 300 default"
   "fresh1000k 1000000 300 default"
@@ -59,6 +65,17 @@ CALIB=(
   "fresh1200k 1200000 300 default"
   "fresh1300k 1300000 300 default"
 )
+CALIB_CROSS=(  # calibration only (dev seeds): many crossings-out, for the crossed tiers
+  "xcal92000 92000 300 default --cross-rate 0.3"
+  "xcal93000 93000 300 default --cross-rate 0.3"
+  "xcal94000 94000 300 varied --cross-rate 0.3"
+  "xcal96000 96000 300 varied --cross-rate 0.3"
+)
+case ${RECIPE:-v10} in
+  v10) ;;
+  v9) CALIB=("${CALIB_V9[@]}" "${CALIB[@]}"); CALIB_CROSS=() ;;
+  *) echo "RECIPE is v10 (the default) or v9" >&2; exit 2 ;;
+esac
 WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -92,6 +109,8 @@ case $cmd in
     run mkdir -p "$WORK/corp" "$WORK/data"
     for e in "${TRAIN[@]}" "${CALIB[@]}"; do make_one "$WORK" 0 1 $e; done
     for e in "${VAL[@]}"; do make_one "$WORK" 1 1 $e; done
+    for e in "${CALIB_CROSS[@]}"; do make_one "$WORK" 0 1 $e; done
+    echo "fit ready $(date +%T)"  # (the fit needs nothing below; `validate` does)
     for e in "${VAL_PHOTOS_ONLY[@]}"; do make_one "$WORK" 1 0 $e; done
     echo "corpora done $(date +%T)"
     ;;
@@ -103,7 +122,7 @@ case $cmd in
     for n in $(names "${TRAIN[@]}"); do args+=(--train "$WORK/data/$n.npz"); done
     for w in "${WEIGHTS[@]}"; do args+=(--weight "$WORK/data/${w%%=*}.npz=${w#*=}"); done
     for n in $(names "${VAL[@]}"); do args+=(--val "$WORK/data/$n.npz"); done
-    for n in $(names "${CALIB[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
+    for n in $(names "${CALIB[@]}" "${CALIB_CROSS[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
     run "$PY" "$ROOT/scripts/train_reader.py" "${args[@]}" \
       --iters 200 --leaves 6 --lr 0.2 --min-leaf 100 --l2 1 --margin 1.5 --independent --lopo \
       --by-mark --tiers 0,0.015,0.03 --tier-only written,crossed --seed "$SEED" \
