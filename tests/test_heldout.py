@@ -193,7 +193,14 @@ def test_same_seed_same_camera_different_painter():
     assert d.jpeg != h.jpeg
 
 
-def test_default_painter_is_byte_identical_to_the_committed_sample():
+def test_default_painter_is_the_committed_sample():
+    """The default painter draws what it drew when the sample was made: the same truth (marks,
+    camera, light, hand), and the same pixels up to the drawing libraries' rounding. Not the
+    same bytes: OpenCV 5 draws Hershey digits (a written total) another way than 4.x did, and
+    its SIMD code rounds differently from one CPU to another; on a 2026-12-02 install (OpenCV
+    5.1, an AVX2 machine) 877 of the 1.44 M pixels differ, in two patches (the written
+    total's digit, and 83 pixels that OpenCV 5.0 alone already moves). Any change in the painter's random streams moves most of the
+    photo (123,752 pixels under OpenCV 4.14, whose other rounding shifts everything)."""
     from scoring.registry import engine_for
     from sheetcheck.simulator import with_swatches
 
@@ -202,7 +209,15 @@ def test_default_painter_is_byte_identical_to_the_committed_sample():
     marks = with_swatches(t, e.state_to_marks(e.simulate_game(t, 5)), np.random.default_rng([5, 9]))
     photo = simulate_photo(t, marks, seed=5, preset="typical", overrides={"output_long_side": 1600},
                            painter="default")
-    assert photo.jpeg == (ROOT / "sample_photos" / "crypts-3-typical-s5.jpg").read_bytes()
+    sample = ROOT / "sample_photos" / "crypts-3-typical-s5"
+    truth = json.loads(sample.with_suffix(".truth.json").read_text())
+    truth.pop("marks_source")  # (added by scripts/make_samples.py)
+    assert json.loads(json.dumps(photo.truth)) == truth
+    made = cv2.imdecode(np.frombuffer(photo.jpeg, np.uint8), cv2.IMREAD_COLOR)
+    kept = cv2.imread(str(sample.with_suffix(".jpg")), cv2.IMREAD_COLOR)
+    assert made.shape == kept.shape
+    differ = np.abs(made.astype(np.int16) - kept).max(axis=2) > 0
+    assert differ.mean() < 0.002, f"{int(differ.sum())} pixels differ"
 
 
 def test_bad_painter_and_bad_heldout_conditions_are_clear_errors():
