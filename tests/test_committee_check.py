@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import committee_check  # noqa: E402
 import reader_dataset  # noqa: E402
-from vision.learned import default_model  # noqa: E402
+from vision.learned import DEFAULT_MODEL, default_model  # noqa: E402
 from vision.marks import MARKS  # noqa: E402
 from vision.pipeline import read_photo  # noqa: E402
 
@@ -49,6 +49,5 @@ def test_verdicts_from_dataset_rows_are_the_readers_own(tmp_path):
     assert s["regions"] == compared and s["flagged"] == flagged
     assert s["easy_typical_sheets"] == 2
     out = tmp_path / "check.json"
-    assert committee_check.main([str(ROOT / "calibration" / "models" / "reader-v8.json"), str(npz),
-                                 "--json", str(out)]) == 0
+    assert committee_check.main([str(DEFAULT_MODEL), str(npz), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["all"]["flagged"] == flagged
