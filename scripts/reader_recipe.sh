@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Remake the learned reader's corpora, datasets and fits from their seeds (docs/EVALUATION.md).
 #
-#   scripts/reader_recipe.sh corpora WORK          # photos + datasets (~100 min on two cores)
+#   scripts/reader_recipe.sh corpora WORK          # photos + datasets (~2 h on two cores to "fit ready", session 16)
 #   scripts/reader_recipe.sh fit WORK SEED [TAG]   # one fit (~7 min on one core), WORK/fits/TAG-sSEED.json
 #   scripts/reader_recipe.sh validate WORK MODEL TAG   # sheetcheck eval of the 9 validation corpora
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
