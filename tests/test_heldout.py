@@ -196,11 +196,11 @@ def test_same_seed_same_camera_different_painter():
 def test_default_painter_is_the_committed_sample():
     """The default painter draws what it drew when the sample was made: the same truth (marks,
     camera, light, hand), and the same pixels up to the drawing libraries' rounding. Not the
-    same bytes: OpenCV 5 draws Hershey digits (a written total) another way than 4.x did, and
-    its SIMD code rounds differently from one CPU to another; on a 2026-12-02 install (OpenCV
-    5.1, an AVX2 machine) 877 of the 1.44 M pixels differ, in two patches (the written
-    total's digit, and 83 pixels that OpenCV 5.0 alone already moves). Any change in the painter's random streams moves most of the
-    photo (123,752 pixels under OpenCV 4.14, whose other rounding shifts everything)."""
+    same bytes: OpenCV's SIMD code rounds differently from one CPU to another (on an AVX2
+    machine, 2026-12-02, OpenCV 5.0: 83 of the 1.44 M pixels differ) and OpenCV 5.1 draws
+    Hershey digits, the written total, another way (877 pixels). Any change in the painter's
+    random streams moves most of the photo (123,752 pixels under OpenCV 4.14, whose other
+    rounding shifts everything)."""
     from scoring.registry import engine_for
     from sheetcheck.simulator import with_swatches
 
