@@ -278,9 +278,264 @@ class HueSample:
 def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
                       prior_weight: float = 4.0, swatch_weight: float = 12.0,
                       max_shift_deg: float = 25.0, iterations: int = 3,
+                      min_spread_deg: float = 5.0,
+                      max_shift_swatch_deg: float = 60.0,
+                      max_shift_ordered_deg: float = 70.0) -> Palette:
+    """Adapt the prior palette to one photo.
+
+    Swatch samples (``label`` = a colour name) pull their own colour strongly. Unlabelled
+    samples (the sheet's coloured regions) are first labelled all together by hue order
+    (:func:`_map_labels`: the pencils keep their order round the hue circle, the swatches anchor
+    their colours, isolated hues are strays; when the hues show no clear clusters, each goes to
+    its nearest pencil within three spreads); each then pulls its pencil with weight 1, against
+    ``prior_weight`` for the prior, and strays pull nothing. Spreads are widened if the photo's
+    samples scatter more than the prior says.
+
+    Parameters
+    ----------
+    prior : Palette
+    samples : sequence of HueSample
+    prior_weight, swatch_weight : float
+        Relative weights (in units of one region) of the prior and of a coloured swatch.
+    max_shift_swatch_deg : float
+        Largest allowed move of a colour whose swatch was coloured.
+    max_shift_ordered_deg : float
+        Largest allowed move of a colour given marks by hue order (no swatch).
+    max_shift_deg : float
+        Largest allowed move when the marks show no clear clusters and each was given to its
+        nearest pencil instead, so that a few marks cannot drag one pencil onto another.
+    iterations : int
+        Update rounds (kept for callers; the labels are fixed, so one round gives the result).
+    min_spread_deg : float
+        Floor of a calibrated spread.
+
+    Returns
+    -------
+    Palette
+        with ``source`` "prior", "swatches", "sheet" or "swatches+sheet".
+    """
+    spreads_prior = {c.name: c.hue_spread_deg for c in prior.colours}
+    names = [c.name for c in prior.colours]
+    labelled = [s for s in samples if s.label in spreads_prior]
+    # Every mark is labelled at once by hue order (_map_labels): the sheet's hue clusters keep
+    # the pencils' order around the hue circle even when a brand or a camera moves every hue a
+    # little differently (a crimson "red" near purple, a yellowish "orange"); the swatches
+    # anchor their own colours. Marks it calls strays move no pencil.
+    from_sheet = by_order = False
+    if any(s.label is None for s in samples):
+        labels = _map_labels(prior, samples)
+        by_order = labels is not None
+        if labels is None:
+            # no clear clusters: each mark goes to the nearest pencil of the prior, if within
+            # three spreads of it, and moves it at most max_shift_deg
+            labels = []
+            for s in samples:
+                d = prior.distances(s.hue_deg)
+                best = min(d, key=d.get)
+                labels.append(best if d[best] <= 3.0 else None)
+        ordered = [HueSample(s.hue_deg, -1.0, lab) for s, lab in zip(samples, labels)
+                   if s.label is None and lab is not None]
+        labelled = labelled + ordered
+        from_sheet = bool(ordered)
+    used_swatch = any(s.weight >= 0 for s in labelled)
+    groups: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for s in labelled:
+        groups[s.label].append((s.hue_deg, swatch_weight if s.weight >= 0 else 1.0))
+    centres, spreads, evidence = {}, {}, {}
+    for n in names:
+        hs = [h for h, _ in groups[n]]
+        ws = [w for _, w in groups[n]]
+        base = prior.colour(n).hue_deg
+        h = circular_mean_deg(np.array(hs + [base]), np.array(ws + [prior_weight]))
+        shift = _hue_diff_float(float(h), float(base))
+        # A coloured swatch may move its colour far (it names the pencil); marks matched by
+        # order somewhat less.
+        limit = (max_shift_swatch_deg if any(s.label == n and s.weight >= 0 for s in labelled)
+                 else max_shift_ordered_deg if by_order else max_shift_deg)
+        if abs(shift) > limit:
+            h = (base + math.copysign(limit, shift)) % 360.0
+        centres[n] = h
+        evidence[n] = len(hs)
+        # Spread: the prior's, shrunk towards the scatter this photo shows once there is
+        # evidence (a Bayesian update with `prior_weight` pseudo-samples), never below
+        # `min_spread_deg` (one photo's few samples understate the true scatter).
+        if hs:
+            d2 = np.asarray(hue_diff(np.array(hs), h), float) ** 2
+            wsum = float(np.sum(ws))
+            var = (prior_weight * spreads_prior[n] ** 2 + float(np.sum(np.array(ws) * d2))) / (prior_weight + wsum)
+            spreads[n] = float(max(min_spread_deg, math.sqrt(var)))
+        else:
+            spreads[n] = spreads_prior[n]
+    return replace(prior,
+                   colours=tuple(PaletteColour(n, centres[n], spreads[n]) for n in names),
+                   source=("swatches+sheet" if used_swatch and from_sheet else
+                           "swatches" if used_swatch else
+                           "sheet" if from_sheet else "prior"),
+                   evidence=evidence)
+
+
+#: Hue-order matching of the sheet's marks (:func:`_map_labels`): within-pencil scatter of one
+#: photo's marks, how far a pencil may sit from the palette's centre (brands, cameras), how far
+#: from a coloured swatch's hue, the cost of calling a sample a stray (per sample), the cost of
+#: one more cluster, and the cost of putting a swatch among another colour's marks; all in
+#: squared standard units (degrees for the first three).
+MAP_SIGMA_DEG = 6.0
+MAP_TAU_DEG = 20.0
+MAP_TAU_SWATCH_DEG = 8.0
+MAP_STRAY = 6.0
+MAP_CLUSTER = 2.0
+MAP_SWATCH_PENALTY = 30.0
+#: Largest gaps between sorted hues tried as cluster boundaries.
+MAP_MAX_CUTS = 8
+#: An arc given a pencil its hue is not nearest to must be bounded by gaps of at least this
+#: many degrees and this many times its own standard deviation.
+MAP_CLEAR_GAP_DEG = 10.0
+MAP_CLEAR_GAP_SD = 2.0
+
+
+@lru_cache(maxsize=None)
+def _order_patterns(k: int, n_colours: int) -> np.ndarray:
+    """Every way to give ``k`` arcs (in circular order) a colour or none (``n_colours``), the
+    colours increasing around the hue circle with at most one wrap: ``(n_patterns, k)``."""
+    import itertools
+
+    out = set()
+    for rot in range(n_colours):
+        for m in range(min(k, n_colours) + 1):
+            for arcs in itertools.combinations(range(k), m):
+                for cols in itertools.combinations(range(n_colours), m):
+                    p = [n_colours] * k
+                    for a, c in zip(arcs, cols):
+                        p[a] = (c + rot) % n_colours
+                    out.add(tuple(p))
+    return np.array(sorted(out), np.intp)
+
+
+@lru_cache(maxsize=None)
+def _cut_combinations(m: int, k: int) -> np.ndarray:
+    import itertools
+
+    return np.array(list(itertools.combinations(range(m), k)), np.intp).reshape(-1, k)
+
+
+def _map_labels(prior: Palette, samples: Sequence[HueSample]) -> list:
+    """Label the marked regions' hues by the pencils, keeping the pencils' order on the hue circle.
+
+    The hues are split into arcs (clusters) at some of their largest gaps; each arc is given a
+    pencil, or called strays, such that the pencils keep their circular order (a brand or a
+    camera moves every hue a little differently, but a red never passes an orange). Among all
+    splits and orders the one of least cost wins (a maximum a posteriori labelling): an arc
+    given a pencil costs its scatter (in units of :data:`MAP_SIGMA_DEG`) plus the distance of
+    its mean from the pencil's expected hue (the prior's, or the mean of that pencil's coloured
+    swatches), in units of :data:`MAP_TAU_DEG` (:data:`MAP_TAU_SWATCH_DEG`); strays cost
+    :data:`MAP_STRAY` each; every pencil's arc costs :data:`MAP_CLUSTER`; a swatch in an arc of another
+    pencil costs :data:`MAP_SWATCH_PENALTY`. Two pencils' marks that sit close together (a
+    crimson red beside a magenta purple, a yellow-green beside a yellowish orange) are split
+    where their scatter says, not only where a fixed gap is, and a pencil far from its prior
+    (a sky blue read at hue 205) still takes the place its order gives it.
+
+    Returns a label (a colour name) or None (a stray) per sample, in the samples' order; or
+    None when the hues show no clusters clear enough to be matched by order (see below).
+    """
+    n = len(samples)
+    if n == 0:
+        return []
+    cols = sorted(prior.colours, key=lambda c: c.hue_deg)
+    names = [c.name for c in cols]
+    K = len(cols)
+    hs = np.array([s.hue_deg for s in samples], float) % 360.0
+    li = np.array([names.index(s.label) if s.label in names else K for s in samples], np.intp)
+    order = np.argsort(hs, kind="stable")
+    sh = hs[order]
+    gaps = np.diff(np.concatenate([sh, [sh[0] + 360.0]]))  # after sorted position i
+    cand = np.argsort(-gaps, kind="stable")[:MAP_MAX_CUTS]
+    if n > 1:
+        cand = cand[gaps[cand] >= 2.0]  # (no boundary inside a run of equal hues)
+    cand = np.sort(cand) if cand.size else np.array([int(np.argmax(gaps))])
+    M = cand.size
+    mu = np.array([c.hue_deg for c in cols], float)
+    tau = np.full(K, MAP_TAU_DEG)
+    for ci in range(K):
+        sw = hs[li == ci]
+        if sw.size:
+            mu[ci], tau[ci] = circular_mean_deg(sw), MAP_TAU_SWATCH_DEG
+    # the sorted hues unrolled twice round the circle, and prefix sums over them
+    h2 = np.concatenate([sh, sh + 360.0]) - sh[0]
+    s1c = np.concatenate([[0.0], np.cumsum(h2)])
+    s2c = np.concatenate([[0.0], np.cumsum(h2 * h2)])
+    onehot = np.zeros((2 * n, K + 1))
+    onehot[np.arange(2 * n), np.tile(li[order], 2)] = 1.0
+    labc = np.vstack([np.zeros((1, K + 1)), np.cumsum(onehot, axis=0)])
+    # arc (a, b): sorted positions cand[a] + 1 .. cand[b], round the circle (a == b: all)
+    p = np.repeat(cand[:, None] + 1, M, axis=1)
+    q = np.repeat(cand[None, :], M, axis=0)
+    q = np.where(q >= p, q, q + n)
+    q = np.where(np.eye(M, dtype=bool), p + n - 1, q)
+    ln = (q - p + 1).astype(float)
+    s1 = s1c[q + 1] - s1c[p]
+    mean = s1 / ln
+    scatter = np.maximum(s2c[q + 1] - s2c[p] - s1 * mean, 0.0) / MAP_SIGMA_DEG ** 2
+    lab = labc[q + 1] - labc[p]
+    swatches = lab[..., :K].sum(-1)
+    d = (((mean + sh[0]) % 360.0)[..., None] - mu + 180.0) % 360.0 - 180.0
+    cost = np.empty((M, M, K + 1))
+    cost[..., :K] = (scatter[..., None] + d * d / (tau ** 2 + MAP_SIGMA_DEG ** 2 / ln[..., None])
+                     + MAP_SWATCH_PENALTY * (swatches[..., None] - lab[..., :K]))
+    cost[..., K] = ln * MAP_STRAY + MAP_SWATCH_PENALTY * swatches
+    best = (np.inf, None, None)
+    for k in range(1, min(K, M) + 1):
+        cuts = _cut_combinations(M, k)
+        arcs = cost[cuts, np.roll(cuts, -1, axis=1)]              # (combinations, k, K + 1)
+        pat = _order_patterns(k, K)
+        # (every pencil's arc costs MAP_CLUSTER; strays pay per sample only)
+        total = (arcs[:, np.arange(k)[None, :], pat].sum(-1)
+                 + MAP_CLUSTER * (pat < K).sum(-1)[None, :])     # (combinations, patterns)
+        i = int(np.argmin(total))
+        v = float(total.flat[i])
+        if v < best[0]:
+            best = (v, cuts[i // pat.shape[0]], pat[i % pat.shape[0]])
+    _, cuts, pat = best
+    labels: list = [None] * n
+    k = len(cuts)
+    spread = np.array([c.hue_spread_deg for c in cols], float)
+    for j in range(k):
+        if pat[j] == K:
+            continue
+        a, b = cuts[j], cuts[(j + 1) % k]
+        # An arc given a pencil other than the one its hue is nearest to is believed only if
+        # it is a cluster standing clear of its neighbours: hues smeared round the circle
+        # (a colour cast not taken out, a sheet of strays) would otherwise hand every pencil
+        # its neighbour's marks. The caller then falls back to the nearest pencil.
+        m = (mean[a, b] + sh[0]) % 360.0
+        near = int(np.argmin(np.abs((m - mu + 180.0) % 360.0 - 180.0) / spread))
+        if near != pat[j]:
+            sd = math.sqrt(scatter[a, b] / ln[a, b]) * MAP_SIGMA_DEG
+            clear = max(MAP_CLEAR_GAP_DEG, MAP_CLEAR_GAP_SD * sd)
+            if min(gaps[cand[a]], gaps[cand[b]]) < clear:
+                return None
+        s = cand[cuts[j]] + 1
+        e = cand[cuts[(j + 1) % k]] if k > 1 else s + n - 1
+        if e < s:
+            e += n
+        for t in range(s, e + 1):
+            labels[int(order[t % n])] = names[pat[j]]
+    return labels
+
+
+def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
+                      prior_weight: float = 4.0, swatch_weight: float = 12.0,
+                      max_shift_deg: float = 25.0, iterations: int = 3,
                       min_spread_deg: float = 5.0, max_shift_swatch_deg: float = 60.0,
                       max_shift_ordered_deg: float = 40.0) -> Palette:
-    """Adapt the prior palette to one photo.
+    """Adapt the prior palette to one photo: the method before :func:`calibrate_palette`
+    (sessions 1-16), kept as a second opinion.
+
+    The reader calibrates both ways and flags a confident colour reading whose hue the two
+    palettes give to different pencils (``vision.marks.classify_sheet``): a sheet whose hues
+    can be split between two pencils in two plausible ways is one a person should look at.
+    It differs from :func:`calibrate_palette` in how unlabelled marks are matched: hue
+    clusters are cut at every gap wider than 12 deg and matched to the pencils not named by a
+    swatch, in hue order, within 50 deg; when that fails each mark goes to its nearest pencil.
 
     Swatch samples (``label`` = a colour name) pull their own colour strongly; unlabelled
     samples (the sheet's coloured regions) are assigned to the nearest colour and pull it with
@@ -319,7 +574,7 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
     # Unlabelled marks first go through an order-preserving match: the sheet's hue clusters
     # keep the pencils' order around the hue circle even when a brand or a camera moves
     # every hue a little differently (a crimson "red" near purple, a yellowish "orange").
-    ordered = _ordered_labels(prior, free, exclude={s.label for s in labelled})
+    ordered = _gap_order_labels(prior, free, exclude={s.label for s in labelled})
     if ordered is not None:
         labelled = labelled + [HueSample(s.hue_deg, -1.0, lab) for s, lab in zip(free, ordered)
                                if lab is not None]
@@ -384,7 +639,7 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
                    evidence=evidence)
 
 
-def _ordered_labels(prior: Palette, free: Sequence[HueSample], *, exclude=frozenset(),
+def _gap_order_labels(prior: Palette, free: Sequence[HueSample], *, exclude=frozenset(),
                     gap_deg: float = 12.0, max_dist_deg: float = 50.0) -> list | None:
     """Label unlabelled hue samples by matching their clusters to the palette in hue order.
 
@@ -442,4 +697,5 @@ __all__ = [
     "PENCIL_COLOURS", "SRGB_TO_LINEAR", "srgb_to_linear", "linear_to_srgb", "linear_to_lab",
     "srgb_to_lab", "hue_deg", "hue_diff", "circular_mean_deg", "PaletteColour", "Palette",
     "palette_from_dict", "load_palette", "palette_ids", "HueSample", "calibrate_palette",
+    "calibrate_palette_by_gaps",
 ]
