@@ -52,7 +52,8 @@ from vision._evidence import (EVIDENCE_FEATURES, X_FEATURES, evidence_features, 
                               x_features)
 from vision._guide import GUIDE_FEATURES, guide_features
 from vision._geom_threads import both, start, threads
-from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette, hue_diff,
+from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette,
+                           calibrate_palette_by_gaps, hue_diff,
                            linear_to_lab, load_palette)
 
 #: Default review threshold: readings with confidence below it are flagged for a person.
@@ -1534,6 +1535,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                 continue
         samples.append(HueSample(float(f.hue[i]), wgt, None))
     pal = calibrate_palette(prior, samples)
+    # (the previous method's palette: a second opinion on which pencil each hue belongs to)
+    pal_gaps = calibrate_palette_by_gaps(prior, samples)
 
     readings: dict[str, RegionReading] = {}
     internals = []
@@ -1598,7 +1601,49 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.region_id, rd.kind, rd.mark, float(photo_confidence), review,
                     rd.alternatives, rd.features,
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
+    readings = _check_calibration(readings, regions, f, pal, pal_gaps, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix)
+
+
+def _nearest_pencil(palette: Palette, hue: np.ndarray) -> np.ndarray:
+    """Index (in ``PENCIL_COLOURS`` order) of the pencil nearest each hue, in spreads."""
+    cols = [palette.colour(c) for c in PENCIL_COLOURS]
+    centre = np.array([c.hue_deg for c in cols])
+    spread = np.array([c.hue_spread_deg for c in cols])
+    d = np.abs((np.asarray(hue, float)[:, None] - centre + 180.0) % 360.0 - 180.0) / spread
+    return np.argmin(d, axis=1)
+
+
+def _check_calibration(readings: dict, regions, f: _Features, pal: Palette, pal_gaps: Palette,
+                       review_threshold: float) -> dict:
+    """Flag every confident colour reading whose hue the two calibrations of this photo
+    (:func:`vision.colour.calibrate_palette` and the earlier
+    :func:`vision.colour.calibrate_palette_by_gaps`) give to different pencils.
+
+    Both readers read hues against the calibrated palette, so a palette that gave one pencil's
+    marks to its neighbour makes them confidently wrong together (measured, session 17: a
+    held-out photo whose reds at hue 38 sat between its red swatch at 22 and its orange swatch
+    at 56, read orange with confidence 0.999 nine times). Where two reasonable ways of
+    matching the sheet's hues to its pencils disagree, the photo itself cannot settle it.
+    """
+    hue = np.asarray(f.hue, float)
+    has_hue = np.asarray(f.chroma, float) > 0
+    a, b = _nearest_pencil(pal, hue), _nearest_pencil(pal_gaps, hue)
+    split = np.flatnonzero(has_hue & (a != b))
+    if split.size == 0:
+        return readings
+    cap = math.nextafter(review_threshold, 0.0) - 1e-4
+    for i in split.tolist():
+        rid = regions[i].id
+        rd = readings[rid]
+        if rd.review or rd.mark not in PENCIL_COLOURS:
+            continue
+        readings[rid] = RegionReading(
+            rd.region_id, rd.kind, rd.mark, float(min(rd.confidence, cap)), True,
+            rd.alternatives, rd.features,
+            f"pencils calibrated two ways disagree (hue {hue[i]:.0f}: "
+            f"{PENCIL_COLOURS[a[i]]} or {PENCIL_COLOURS[b[i]]})")
+    return readings
 
 
 def _predict_rows(learned, matrix: np.ndarray, allowed: np.ndarray) -> np.ndarray:
