@@ -275,6 +275,30 @@ class HueSample:
     label: str | None = None
 
 
+def _pencil_update(prior_hue: float, prior_spread: float, group: Sequence[tuple[float, float]], *,
+                   prior_weight: float, limit: float, min_spread_deg: float) -> tuple[float, float]:
+    """One pencil's calibrated hue and spread from its marks ``group`` (``(hue, weight)``).
+
+    The hue is the weighted circular mean of the marks and the prior (``prior_weight``
+    pseudo-marks), moved at most ``limit`` deg from the prior. The spread is the prior's,
+    shrunk towards the scatter this photo shows once there is evidence (a Bayesian update with
+    ``prior_weight`` pseudo-samples), never below ``min_spread_deg`` (one photo's few samples
+    understate the true scatter).
+    """
+    hs = [h for h, _ in group]
+    ws = [w for _, w in group]
+    h = circular_mean_deg(np.array(hs + [prior_hue]), np.array(ws + [prior_weight]))
+    shift = _hue_diff_float(float(h), float(prior_hue))
+    if abs(shift) > limit:
+        h = (prior_hue + math.copysign(limit, shift)) % 360.0
+    if not hs:
+        return h, prior_spread
+    d2 = np.asarray(hue_diff(np.array(hs), h), float) ** 2
+    wsum = float(np.sum(ws))
+    var = (prior_weight * prior_spread ** 2 + float(np.sum(np.array(ws) * d2))) / (prior_weight + wsum)
+    return h, float(max(min_spread_deg, math.sqrt(var)))
+
+
 def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
                       prior_weight: float = 4.0, swatch_weight: float = 12.0,
                       max_shift_deg: float = 25.0, iterations: int = 3,
@@ -343,29 +367,14 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
         groups[s.label].append((s.hue_deg, swatch_weight if s.weight >= 0 else 1.0))
     centres, spreads, evidence = {}, {}, {}
     for n in names:
-        hs = [h for h, _ in groups[n]]
-        ws = [w for _, w in groups[n]]
-        base = prior.colour(n).hue_deg
-        h = circular_mean_deg(np.array(hs + [base]), np.array(ws + [prior_weight]))
-        shift = _hue_diff_float(float(h), float(base))
         # A coloured swatch may move its colour far (it names the pencil); marks matched by
         # order somewhat less.
         limit = (max_shift_swatch_deg if any(s.label == n and s.weight >= 0 for s in labelled)
                  else max_shift_ordered_deg if by_order else max_shift_deg)
-        if abs(shift) > limit:
-            h = (base + math.copysign(limit, shift)) % 360.0
-        centres[n] = h
-        evidence[n] = len(hs)
-        # Spread: the prior's, shrunk towards the scatter this photo shows once there is
-        # evidence (a Bayesian update with `prior_weight` pseudo-samples), never below
-        # `min_spread_deg` (one photo's few samples understate the true scatter).
-        if hs:
-            d2 = np.asarray(hue_diff(np.array(hs), h), float) ** 2
-            wsum = float(np.sum(ws))
-            var = (prior_weight * spreads_prior[n] ** 2 + float(np.sum(np.array(ws) * d2))) / (prior_weight + wsum)
-            spreads[n] = float(max(min_spread_deg, math.sqrt(var)))
-        else:
-            spreads[n] = spreads_prior[n]
+        centres[n], spreads[n] = _pencil_update(prior.colour(n).hue_deg, spreads_prior[n], groups[n],
+                                                prior_weight=prior_weight, limit=limit,
+                                                min_spread_deg=min_spread_deg)
+        evidence[n] = len(groups[n])
     return replace(prior,
                    colours=tuple(PaletteColour(n, centres[n], spreads[n]) for n in names),
                    source=("swatches+sheet" if used_swatch and from_sheet else
@@ -543,27 +552,9 @@ def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
     ``max_shift_deg`` from the prior so that a sheet with few marks cannot drag one pencil onto
     another; spreads are widened if the photo's samples scatter more than the prior says.
 
-    Parameters
-    ----------
-    prior : Palette
-    samples : sequence of HueSample
-    prior_weight, swatch_weight : float
-        Relative weights (in units of one region) of the prior and of a coloured swatch.
-    max_shift_deg : float
-        Largest allowed move of a hue centre by unlabelled samples.
-    max_shift_swatch_deg : float
-        Largest allowed move of a colour whose swatch was coloured.
-    max_shift_ordered_deg : float
-        Largest allowed move of a colour matched by hue order (no swatch).
-    iterations : int
-        Assignment/update rounds.
-    min_spread_deg : float
-        Floor of a calibrated spread.
-
-    Returns
-    -------
-    Palette
-        with ``source`` "prior", "swatches", "sheet" or "swatches+sheet".
+    Parameters are :func:`calibrate_palette`'s, but ``max_shift_ordered_deg`` (40 here) limits a
+    colour matched by gap order, and ``max_shift_deg`` the move of a hue centre by unlabelled
+    samples; ``iterations`` assignment/update rounds.
     """
     centres = {c.name: c.hue_deg for c in prior.colours}
     spreads = {c.name: c.hue_spread_deg for c in prior.colours}
@@ -602,11 +593,6 @@ def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
         new = {}
         new_spread = {}
         for n in names:
-            hs = [h for h, _ in groups[n]]
-            ws = [w for _, w in groups[n]]
-            base = prior.colour(n).hue_deg
-            h = circular_mean_deg(np.array(hs + [base]), np.array(ws + [prior_weight]))
-            shift = _hue_diff_float(float(h), float(base))
             # A coloured swatch may move its colour far (it names the pencil); the sheet's
             # unlabelled marks only a little, so few marks cannot drag one pencil onto another.
             if any(s.label == n and s.weight >= 0 for s in labelled):
@@ -615,20 +601,10 @@ def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
                 limit = max_shift_ordered_deg
             else:
                 limit = max_shift_deg
-            if abs(shift) > limit:
-                h = (base + math.copysign(limit, shift)) % 360.0
-            new[n] = h
-            evidence[n] = len(hs)
-            # Spread: the prior's, shrunk towards the scatter this photo shows once there is
-            # evidence (a Bayesian update with `prior_weight` pseudo-samples), never below
-            # `min_spread_deg` (one photo's few samples understate the true scatter).
-            if hs:
-                d2 = np.asarray(hue_diff(np.array(hs), h), float) ** 2
-                wsum = float(np.sum(ws))
-                var = (prior_weight * spreads_prior[n] ** 2 + float(np.sum(np.array(ws) * d2))) / (prior_weight + wsum)
-                new_spread[n] = float(max(min_spread_deg, math.sqrt(var)))
-            else:
-                new_spread[n] = spreads_prior[n]
+            new[n], new_spread[n] = _pencil_update(prior.colour(n).hue_deg, spreads_prior[n],
+                                                   groups[n], prior_weight=prior_weight,
+                                                   limit=limit, min_spread_deg=min_spread_deg)
+            evidence[n] = len(groups[n])
         centres = new
         spreads = new_spread
     return replace(prior,
