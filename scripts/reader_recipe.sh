@@ -11,7 +11,7 @@
 # calibrated on the six newest spent measurement corpora (CALIB) and on four corpora crossed out
 # at rate 0.3 (CALIB_CROSS), so that the doubt tiers hold enough crossings-out to choose
 # thresholds for them. RECIPE=v9 gives reader-v9's fit exactly (its 13 calibration corpora, no
-# CALIB_CROSS). Pack three seeds with scripts/pack_committee.py. Training corpora's photos are
+# CALIB_CROSS), RECIPE=v8 reader-v8's (its 6 training and 11 calibration corpora). Pack three seeds with scripts/pack_committee.py. Training corpora's photos are
 # deleted once their dataset is built (300 photos are ~200 MB); validation corpora's are kept
 # for `validate`.
 # A corpus whose dataset (or, for validation corpora, whose folder) exists is skipped, so an
@@ -71,12 +71,16 @@ CALIB_CROSS=(  # calibration only (dev seeds): many crossings-out, for the cross
   "xcal94000 94000 300 varied --cross-rate 0.3"
   "xcal96000 96000 300 varied --cross-rate 0.3"
 )
+WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 case ${RECIPE:-v10} in
   v10) ;;
   v9) CALIB=("${CALIB_V9[@]}" "${CALIB[@]}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default) or v9" >&2; exit 2 ;;
+  v8)  # reader-v8's own recipe (its model file's `training`): the baseline a new fit is set
+       # against when both are fitted on datasets rebuilt with the same code
+    TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
+    CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
+  *) echo "RECIPE is v10 (the default), v9 or v8" >&2; exit 2 ;;
 esac
-WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
 
@@ -120,7 +124,7 @@ case $cmd in
     run mkdir -p "$WORK/fits"
     args=()
     for n in $(names "${TRAIN[@]}"); do args+=(--train "$WORK/data/$n.npz"); done
-    for w in "${WEIGHTS[@]}"; do args+=(--weight "$WORK/data/${w%%=*}.npz=${w#*=}"); done
+    for w in "${WEIGHTS[@]+"${WEIGHTS[@]}"}"; do args+=(--weight "$WORK/data/${w%%=*}.npz=${w#*=}"); done
     for n in $(names "${VAL[@]}"); do args+=(--val "$WORK/data/$n.npz"); done
     for n in $(names "${CALIB[@]}" "${CALIB_CROSS[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
     run "$PY" "$ROOT/scripts/train_reader.py" "${args[@]}" \
