@@ -88,3 +88,26 @@ def test_a_photo_whose_reds_sit_between_two_swatches_is_not_read_confidently_wro
     disputed = [r for r in regions.values() if r.reason.startswith("pencils calibrated two ways")]
     # the reds the new calibration alone would give to orange are among them
     assert sum(1 for r in disputed if marks.get(r.region_id) == "red") >= 5
+
+
+def test_the_reading_keeps_what_its_palette_was_calibrated_on(heldout_s61008):
+    """``calibration_samples`` recalibrate to the reading's own palette, and
+    scripts/calibration_check.py counts this photo's reds given to orange by the reader's
+    calibration and not by the earlier one."""
+    from vision.colour import calibrate_palette, load_palette
+    from vision.pipeline import read_photo
+
+    photo, marks = heldout_s61008
+    reading = read_photo(photo.jpeg)
+    pairs = reading.calibration_samples
+    assert len(pairs) >= 20 and all(rid in reading.readings for rid, _ in pairs)
+    again = calibrate_palette(load_palette("default"), [s for _, s in pairs])
+    assert again.colours == reading.palette.colours
+    spec = importlib.util.spec_from_file_location("calibration_check",
+                                                  ROOT / "scripts" / "calibration_check.py")
+    cc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cc)
+    counts = cc.misassigned(load_palette("default"), [s for _, s in pairs],
+                            [marks.get(rid, "empty") for rid, _ in pairs])
+    assert counts["reader"] >= 5 and counts["by_gaps"] < counts["reader"], counts
+    assert counts["oracle"] <= counts["by_gaps"], counts

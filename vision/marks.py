@@ -113,6 +113,9 @@ class SheetMarks:
     #: (R, F) learned-reader features (``FEATURE_NAMES``), rows in ``SheetModel.region_ids``
     #: order; kept only when asked (``keep_matrix``) or when a learned reader was used
     matrix: np.ndarray | None = None
+    #: what the palette was calibrated on: ``(region_id, sample)`` for every marked region
+    #: that was sampled (``vision.colour.HueSample``; its label is the swatch's colour)
+    calibration_samples: tuple = ()
 
     @property
     def flagged(self) -> list[str]:
@@ -1518,10 +1521,12 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     regions = mc.regions
     # --- calibrate the palette on this photo ---------------------------------------------
     samples = []
+    sampled = []  # (the region of each sample)
     for i, r in enumerate(regions):
         fill_like = f.coloured[i] > 0.25 and f.x_score[i] < x_threshold and f.purity[i] > 0.8
         if not fill_like or f.n[i] < min_pixels:
             continue
+        sampled.append(r.id)
         wgt = 1.0
         if r.kind == "swatch":
             colour = (r.meaning or {}).get("colour")
@@ -1602,7 +1607,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.alternatives, rd.features,
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
     readings = _check_calibration(readings, regions, f, pal, pal_gaps, review_threshold)
-    return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix)
+    return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
+                      tuple(zip(sampled, samples)))
 
 
 def _nearest_pencil(palette: Palette, hue: np.ndarray) -> np.ndarray:

@@ -81,6 +81,8 @@ class SheetReading:
     #: (R, F) learned-reader features per readable region (``vision.marks.FEATURE_NAMES``),
     #: kept only with ``keep_matrix=True`` (dataset building)
     matrix: np.ndarray | None = None
+    #: ``(region_id, HueSample)`` the palette was calibrated on (``vision.marks.SheetMarks``)
+    calibration_samples: tuple = ()
 
     @property
     def flagged(self) -> list[str]:
@@ -281,7 +283,8 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
-                        light.to_srgb() if keep_images else None, sheet.matrix)
+                        light.to_srgb() if keep_images else None, sheet.matrix,
+                        sheet.calibration_samples)
 
 
 _rule_lock = threading.Lock()
