@@ -14,7 +14,10 @@ model's verdict is a few seconds of arithmetic. It is the reader's own rule
 committee's second opinions (``vision.learned.second_opinions``: every member confident of the
 same mark, judged at the first model's photo doubt). It leaves out what the datasets do not
 hold: regions the reader skipped as unreadable (``skipped`` in the dataset: always flagged by
-the reader) and photos it could not locate. ``sheetcheck eval`` stays the end-to-end measure.
+the reader) and photos it could not locate, and (since session 17) the flags of colour
+readings on hues the photo's two pencil calibrations give to different pencils
+(``vision.marks._check_calibration``: the datasets do not hold the second palette; 11-27 flags
+on a corpus of 120-300 photos). ``sheetcheck eval`` stays the end-to-end measure.
 """
 
 from __future__ import annotations
