@@ -13,6 +13,7 @@ the player coloured them, otherwise from the coloured regions of the sheet itsel
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -301,8 +302,7 @@ def _pencil_update(prior_hue: float, prior_spread: float, group: Sequence[tuple[
 
 def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
                       prior_weight: float = 4.0, swatch_weight: float = 12.0,
-                      max_shift_deg: float = 25.0, iterations: int = 3,
-                      min_spread_deg: float = 5.0,
+                      max_shift_deg: float = 25.0, min_spread_deg: float = 5.0,
                       max_shift_swatch_deg: float = 60.0,
                       max_shift_ordered_deg: float = 70.0) -> Palette:
     """Adapt the prior palette to one photo.
@@ -328,8 +328,6 @@ def calibrate_palette(prior: Palette, samples: Sequence[HueSample], *,
     max_shift_deg : float
         Largest allowed move when the marks show no clear clusters and each was given to its
         nearest pencil instead, so that a few marks cannot drag one pencil onto another.
-    iterations : int
-        Update rounds (kept for callers; the labels are fixed, so one round gives the result).
     min_spread_deg : float
         Floor of a calibrated spread.
 
@@ -406,8 +404,6 @@ MAP_CLEAR_GAP_SD = 2.0
 def _order_patterns(k: int, n_colours: int) -> np.ndarray:
     """Every way to give ``k`` arcs (in circular order) a colour or none (``n_colours``), the
     colours increasing around the hue circle with at most one wrap: ``(n_patterns, k)``."""
-    import itertools
-
     out = set()
     for rot in range(n_colours):
         for m in range(min(k, n_colours) + 1):
@@ -422,8 +418,6 @@ def _order_patterns(k: int, n_colours: int) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def _cut_combinations(m: int, k: int) -> np.ndarray:
-    import itertools
-
     return np.array(list(itertools.combinations(range(m), k)), np.intp).reshape(-1, k)
 
 
@@ -522,8 +516,8 @@ def _map_labels(prior: Palette, samples: Sequence[HueSample]) -> list:
             clear = max(MAP_CLEAR_GAP_DEG, MAP_CLEAR_GAP_SD * sd)
             if min(gaps[cand[a]], gaps[cand[b]]) < clear:
                 return None
-        s = cand[cuts[j]] + 1
-        e = cand[cuts[(j + 1) % k]] if k > 1 else s + n - 1
+        s = cand[a] + 1
+        e = cand[b] if k > 1 else s + n - 1
         if e < s:
             e += n
         for t in range(s, e + 1):
@@ -532,10 +526,10 @@ def _map_labels(prior: Palette, samples: Sequence[HueSample]) -> list:
 
 
 def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
-                      prior_weight: float = 4.0, swatch_weight: float = 12.0,
-                      max_shift_deg: float = 25.0, iterations: int = 3,
-                      min_spread_deg: float = 5.0, max_shift_swatch_deg: float = 60.0,
-                      max_shift_ordered_deg: float = 40.0) -> Palette:
+                              prior_weight: float = 4.0, swatch_weight: float = 12.0,
+                              max_shift_deg: float = 25.0, iterations: int = 3,
+                              min_spread_deg: float = 5.0, max_shift_swatch_deg: float = 60.0,
+                              max_shift_ordered_deg: float = 40.0) -> Palette:
     """Adapt the prior palette to one photo: the method before :func:`calibrate_palette`
     (sessions 1-16), kept as a second opinion.
 
@@ -554,7 +548,7 @@ def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
 
     Parameters are :func:`calibrate_palette`'s, but ``max_shift_ordered_deg`` (40 here) limits a
     colour matched by gap order, and ``max_shift_deg`` the move of a hue centre by unlabelled
-    samples; ``iterations`` assignment/update rounds.
+    samples; ``iterations`` is the number of assignment/update rounds.
     """
     centres = {c.name: c.hue_deg for c in prior.colours}
     spreads = {c.name: c.hue_spread_deg for c in prior.colours}
@@ -616,7 +610,7 @@ def calibrate_palette_by_gaps(prior: Palette, samples: Sequence[HueSample], *,
 
 
 def _gap_order_labels(prior: Palette, free: Sequence[HueSample], *, exclude=frozenset(),
-                    gap_deg: float = 12.0, max_dist_deg: float = 50.0) -> list | None:
+                      gap_deg: float = 12.0, max_dist_deg: float = 50.0) -> list | None:
     """Label unlabelled hue samples by matching their clusters to the palette in hue order.
 
     Samples are clustered on the hue circle (a new cluster wherever consecutive hues are more
@@ -626,8 +620,6 @@ def _gap_order_labels(prior: Palette, free: Sequence[HueSample], *, exclude=froz
     fit (more clusters than colours, or a match farther than ``max_dist_deg``): the caller
     then falls back to nearest-colour assignment.
     """
-    import itertools
-
     if len(free) < 2:
         return None
     cols = sorted((c for c in prior.colours if c.name not in exclude), key=lambda c: c.hue_deg)
