@@ -621,3 +621,46 @@ def test_make_corpus_cross_rate(tmp_path):
     with pytest.raises(SystemExit) as e:  # argparse's usage error
         mc.main(["--out", str(crossed), *common, "--cross-rate", "1.5"])
     assert e.value.code == 2
+
+
+def test_a_coloured_connection_is_always_a_line_a_person_sees(reefs, monkeypatch):
+    """The default painter's lightest hands on coarse grain could leave a connection no one
+    could see, yet the truth called it coloured (session 17: one read empty with confidence).
+    Every coloured connection now leaves at least LINE_INK_FLOOR_MM of ink per mm, measured
+    here on the painted sheet itself (darkness summed over the sheet, one line at a time)."""
+    import sheetcheck.simulator.paint as paint
+
+    dpi = 120.0
+    s = dpi / 25.4
+    blank = render_blank(reefs, dpi=dpi)
+    pencils = {"orange": [245, 150, 40], "red": [200, 40, 50], "blue": [40, 90, 180],
+               "green": [40, 140, 70], "purple": [120, 60, 150], "graphite": [90, 90, 95]}
+    hand = {**sample_hand(np.random.default_rng(0)), "pressure": 0.12, "grain_strength": 0.7,
+            "stroke_width_mm": 0.35, "stray_marks": 0}
+    conns = [r for r in reefs.readable_regions() if r.kind == "connection"][:24:3]
+    # (the sheet painted with nothing on it: the same 8-bit round trip as a painted one)
+    unpainted = paint_sheet(blank, reefs, {}, dpi=dpi, rng=np.random.default_rng(0),
+                            pencils=pencils, hand=hand)
+    lin_blank = paint.srgb_to_linear(unpainted.astype(np.float32) / 255) @ [0.2126, 0.7152, 0.0722]
+
+    def inks():
+        out = []
+        for k, r in enumerate(conns):
+            painted = paint_sheet(blank, reefs, {r.id: "orange"}, dpi=dpi,
+                                  rng=np.random.default_rng(k), pencils=pencils, hand=hand)
+            lum = paint.srgb_to_linear(painted.astype(np.float32) / 255) @ [0.2126, 0.7152, 0.0722]
+            # (only where the pencil changed a pixel: black print stays black either way)
+            changed = (painted != unpainted).any(-1) & (lin_blank > 0.02)
+            dark = np.clip(1 - lum[changed] / lin_blank[changed], 0, 1)
+            p = r.shape.params
+            length = float(np.hypot(*(np.subtract(p["p2"], p["p1"]) * s)))
+            out.append(float(dark.sum()) / length / s)
+        return np.array(out)
+
+    floored = inks()
+    # (8-bit encoding of the painted sheet loses a little of the faintest tail)
+    assert floored.min() >= 0.9 * paint.LINE_INK_FLOOR_MM, floored.round(3)
+    monkeypatch.setattr(paint, "LINE_INK_FLOOR_MM", 0.0)
+    unfloored = inks()
+    # the same hand without the floor: lines nobody could see (the test can fail)
+    assert unfloored.max() < 0.05, unfloored.round(3)

@@ -402,6 +402,55 @@ def _deposit(lin: np.ndarray, grain: np.ndarray, canvas: _Canvas, colour_lin: np
     patch *= np.power(colour_lin[None, None, :], eff[..., None])
 
 
+#: Least ink a coloured connection leaves, in mm of a fully dark line per mm of the connection
+#: (0.1: a 0.4 mm line darkening white paper by 25 %): a line a person sees on paper. Lighter
+#: lines are drawn again with more pressure (see :func:`_visible_line`).
+LINE_INK_FLOOR_MM = 0.1
+
+
+def _line_ink(grain: np.ndarray, canvas: _Canvas, colour_lin: np.ndarray, grain_strength: float,
+              length_px: float, s: float) -> float:
+    """How much a line of ``canvas``'s strokes darkens white paper, as :func:`_deposit` would
+    pigment it on ``grain``: the summed darkness (1 - luminance) per mm of ``length_px``, in mm
+    (a fully dark line 0.5 mm wide gives 0.5). Only the part on the sheet counts."""
+    h, w = canvas.cov.shape
+    H, W = grain.shape[:2]
+    x0, y0 = canvas.x0, canvas.y0
+    xa, ya, xb, yb = max(0, x0), max(0, y0), min(W, x0 + w), min(H, y0 + h)
+    if xa >= xb or ya >= yb:
+        return 0.0
+    cov = canvas.cov[ya - y0:yb - y0, xa - x0:xb - x0]
+    g = grain[ya:yb, xa:xb]
+    gs = grain_strength
+    eff = np.clip(cov * (1 + gs) - gs * 1.6 * (1 - g), 0, 1)
+    weights = np.array([0.2126, 0.7152, 0.0722])
+    lum = sum(wc * np.power(max(float(c), 1e-6), eff) for wc, c in zip(weights, colour_lin))
+    return float(np.sum(1 - lum)) / max(length_px, 1.0) / s
+
+
+def _visible_line(grain: np.ndarray, strokes, canvas: _Canvas, colour_lin: np.ndarray,
+                  grain_strength: float, region, s: float) -> _Canvas:
+    """The canvas of a coloured connection's ``strokes``, with their pressure raised (x1.15 at a
+    time, at most to full pressure) until the line leaves at least :data:`LINE_INK_FLOOR_MM` of
+    ink per mm of the connection.
+
+    A light hand with a short, strongly tapered stroke on coarse grain can leave a line nobody
+    could see (session 17: 1 coloured connection in ~600 below 0.06 mm, one of them read empty
+    with confidence), yet the truth calls it coloured. Draws from no random stream, so every
+    other mark of the sheet is painted as before.
+    """
+    p = region.shape.params
+    length = float(np.hypot(*(np.subtract(p["p2"], p["p1"], dtype=float) * s)))
+    for _ in range(40):
+        if _line_ink(grain, canvas, colour_lin, grain_strength, length, s) >= LINE_INK_FLOOR_MM:
+            break
+        if all(float(np.min(pr)) >= 1.0 for _, pr, _ in strokes):
+            break
+        strokes = [(pts, np.minimum(pr * 1.15, 1.0), wd) for pts, pr, wd in strokes]
+        canvas = _Canvas.of(strokes)
+    return canvas
+
+
 def _stroke_bounds(strokes, pad: float):
     allp = np.concatenate([p for p, _, _ in strokes])
     x0, y0 = np.floor(allp.min(0) - pad).astype(int)
@@ -498,7 +547,11 @@ def paint_sheet(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, dp
         if not strokes:
             continue
         canvas = _Canvas.of(strokes)
-        _deposit(lin, grain, canvas, colour * _colour_jitter(rng), hand["grain_strength"])
+        colour = colour * _colour_jitter(rng)
+        if mark in colours and (region.shape.type == "segment" or region.kind in LINE_KINDS):
+            canvas = _visible_line(grain, strokes, canvas, colour, hand["grain_strength"],
+                                   region, s)
+        _deposit(lin, grain, canvas, colour, hand["grain_strength"])
     _stray_marks(lin, grain, template, hand=hand, s=s, rng=rng, plin=plin, colours=colours)
     return _encode_srgb(lin)
 
