@@ -5,6 +5,7 @@
 #   scripts/reader_recipe.sh fit WORK SEED [TAG]   # one fit (~7 min on one core), WORK/fits/TAG-sSEED.json
 #   scripts/reader_recipe.sh validate WORK MODEL TAG   # sheetcheck eval of the 9 validation corpora
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
+#   KEEP_PHOTOS=1 scripts/reader_recipe.sh corpora WORK   # keep the training corpora's photos too
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -13,7 +14,9 @@
 # thresholds for them. RECIPE=v9 gives reader-v9's fit exactly (its 13 calibration corpora, no
 # CALIB_CROSS), RECIPE=v8 reader-v8's (its 6 training and 11 calibration corpora). Pack three seeds with scripts/pack_committee.py. Training corpora's photos are
 # deleted once their dataset is built (300 photos are ~200 MB); validation corpora's are kept
-# for `validate`.
+# for `validate`. With KEEP_PHOTOS=1 every corpus keeps its photos (~4 GB in all), so that the
+# datasets can be extracted again after a change to the reader's features (scripts/reader_dataset.py
+# on each WORK/corp/NAME, ~25 min on two cores) without making the photos again (~2 h).
 # A corpus whose dataset (or, for validation corpora, whose folder) exists is skipped, so an
 # interrupted run picks up where it stopped.
 set -euo pipefail
@@ -100,7 +103,7 @@ make_one() {  # WORK keep_photos want_dataset name seed count painter [options..
   run mv "$corp.partial" "$corp"
   if [ "$want" = 1 ]; then
     run "$PY" "$ROOT/scripts/reader_dataset.py" "$corp" --out "$data"
-    if [ "$keep" = 0 ]; then run rm -rf "$corp"; fi
+    if [ "$keep" = 0 ] && [ -z "${KEEP_PHOTOS:-}" ]; then run rm -rf "$corp"; fi
   fi
 }
 
