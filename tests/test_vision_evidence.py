@@ -64,7 +64,8 @@ def test_evidence_columns_are_appended_last_to_the_feature_list():
     # (then the guide columns of vision._guide, appended after them)
     from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
-    n = len(GUIDE_FEATURES) + len(X_FEATURES)
+    from vision.marks import OPEN_FEATURES
+    n = len(GUIDE_FEATURES) + len(X_FEATURES) + len(OPEN_FEATURES)
     assert FEATURE_NAMES[-len(EVIDENCE_FEATURES) - n:-n] == EVIDENCE_FEATURES
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
 
@@ -148,12 +149,13 @@ def test_ring_columns_are_measured_only_for_a_model_that_reads_them(crypts, monk
     assert lean.matrix is not None
     ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES]
     assert not lean.matrix[:, ring].any()
-    # every other column the same, but the guide columns (vision._guide): not read by
-    # reader-v7 either, so not measured for it
+    # every other column the same, but the guide and open columns: not read by reader-v7
+    # either, so not measured for it
     from vision._guide import GUIDE_FEATURES
     from vision._evidence import X_FEATURES
+    from vision.marks import OPEN_FEATURES
     rest = [j for j, n in enumerate(FEATURE_NAMES) if n not in EVIDENCE_FEATURES
-            and n not in GUIDE_FEATURES and n not in X_FEATURES]
+            and n not in GUIDE_FEATURES and n not in X_FEATURES and n not in OPEN_FEATURES]
     np.testing.assert_array_equal(lean.matrix[:, rest], kept.matrix[:, rest])
 
 

@@ -58,11 +58,15 @@ def _matrix(model, image):
 def test_guide_columns_are_appended_after_the_ring_columns():
     # (and the X columns of vision._evidence.x_features after them)
     from vision._evidence import X_FEATURES
+    from vision.marks import OPEN_FEATURES
+    # (the open columns, session 18, come after all of them)
+    assert FEATURE_NAMES[-len(OPEN_FEATURES):] == OPEN_FEATURES
+    names = FEATURE_NAMES[:-len(OPEN_FEATURES)]
     n = len(X_FEATURES)
-    assert FEATURE_NAMES[-n:] == X_FEATURES
-    assert FEATURE_NAMES[-len(GUIDE_FEATURES) - n:-n] == GUIDE_FEATURES
-    assert FEATURE_NAMES[-len(GUIDE_FEATURES) - len(EVIDENCE_FEATURES) - n:
-                         -len(GUIDE_FEATURES) - n] == \
+    assert names[-n:] == X_FEATURES
+    assert names[-len(GUIDE_FEATURES) - n:-n] == GUIDE_FEATURES
+    assert names[-len(GUIDE_FEATURES) - len(EVIDENCE_FEATURES) - n:
+                 -len(GUIDE_FEATURES) - n] == \
         EVIDENCE_FEATURES, "the ring columns stay where models fitted with them read them"
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
 
@@ -142,8 +146,9 @@ def test_guide_columns_are_measured_only_for_a_model_that_reads_them(reefs, monk
     cols = [COL[n] for n in GUIDE_FEATURES]
     assert not lean.matrix[:, cols].any()
     from vision._evidence import X_FEATURES
+    from vision.marks import OPEN_FEATURES
     rest = [j for j in range(len(FEATURE_NAMES)) if j not in cols
-            and FEATURE_NAMES[j] not in EVIDENCE_FEATURES + X_FEATURES]
+            and FEATURE_NAMES[j] not in EVIDENCE_FEATURES + X_FEATURES + OPEN_FEATURES]
     np.testing.assert_array_equal(lean.matrix[:, rest], kept.matrix[:, rest])
 
 

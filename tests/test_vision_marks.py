@@ -642,11 +642,13 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     full = _read(model, image, learned=v1, keep_matrix=True)
     cols = [FEATURE_NAMES.index(n) for n in sorted(LINE_FEATURES)]
     assert not lean.matrix[:, cols].any() and full.matrix[:, cols].any()
-    # the ring columns and the guide columns too are computed only when asked or for a
-    # model that reads them
+    # the ring columns, the guide columns and the open columns too are computed only when
+    # asked or for a model that reads them
     from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
-    ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES]
+    from vision.marks import OPEN_FEATURES
+    ring = [FEATURE_NAMES.index(n)
+            for n in EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES + OPEN_FEATURES]
     assert not lean.matrix[:, ring].any() and full.matrix[:, ring].any()
     other = [j for j in range(len(FEATURE_NAMES)) if j not in cols and j not in ring]
     np.testing.assert_array_equal(lean.matrix[:, other], full.matrix[:, other])
@@ -679,3 +681,40 @@ def test_a_line_drawn_beside_a_connections_guide_is_that_connection():
         for r in conns:
             got = sheet.readings[r.id]
             assert got.mark == expect, (offset_mm, r.id, got.mark, got.confidence)
+
+
+def test_colour_fringes_along_print_stay_out_of_the_open_columns():
+    """A Reefs treasure is mostly print (chest and number), so it is read with the narrow print
+    guard and most of its pixels lie beside printed lines, where a photo's colour fringes read
+    as faint colour (session 18: 81 % of the empty treasures of easy and typical photos were
+    flagged). With the red and blue planes a pixel apart (lateral chromatic aberration) the
+    empty treasures show colour over a tenth of their pixels and the hand reader names a
+    colour; the open columns (pixels clear of the wide print guard) stay at 0 there, and a
+    filled treasure covers them."""
+    from vision.marks import FEATURE_NAMES, OPEN_FEATURES
+    t = get_template("reefs-1")
+    render = render_sheet(t, dpi=DPI).image
+    model = build_sheet_model(t, render, dpi=DPI)
+    treasures = [r.id for r in t.regions_of_kind("treasure")][:6]
+    marks = {treasures[0]: "blue", treasures[1]: "orange"}
+    image = _paint(t, render, marks, seed=1)
+    fringed = image.copy()
+    fringed[:, 1:, 0] = image[:, :-1, 0]
+    fringed[:, :-1, 2] = image[:, 1:, 2]
+    m = _read(model, fringed, keep_matrix=True)
+    col = {n: FEATURE_NAMES.index(n) for n in ("coloured",) + OPEN_FEATURES}
+    row = {rid: {n: float(m.matrix[list(model.region_ids).index(rid), j]) for n, j in col.items()}
+           for rid in treasures + ["entry.1"]}
+    for rid in treasures[2:]:
+        assert row[rid]["coloured"] > 0.05, row[rid]  # the fringes are there
+        assert row[rid]["open_cover"] == 0.0 and row[rid]["open_coloured"] == 0.0, row[rid]
+        assert 0.05 < row[rid]["open_share"] < 0.4, row[rid]
+    assert any(m.readings[rid].mark != "empty" for rid in treasures[2:]), \
+        "the hand reader alone reads the fringes as colour (else the test shows nothing)"
+    for rid in treasures[:2]:
+        assert row[rid]["open_coloured"] > 0.8, row[rid]
+    # a region without print inside is open everywhere
+    assert row["entry.1"]["open_share"] == 1.0
+    # and the columns are left 0 for a reader that does not read them
+    lean = _read(model, fringed, learned=None)
+    assert lean.matrix is None or not lean.matrix[:, list(col.values())[1:]].any()

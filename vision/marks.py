@@ -202,6 +202,13 @@ class SheetModel:
         its strip index (strip sums by one ``np.add.reduceat``).
     strip_ext : (R,) float ndarray or None
         Each area region's radius in px (largest pixel distance from its centre).
+    open_px : (P,) bool ndarray or None
+        The pixel lies clear of the wide guard around print (``area_guard_mm``). Regions
+        that are mostly print (a treasure's chest and number) are read with the narrow guard,
+        so most of their pixels sit beside printed lines, where a photo's colour fringes
+        (demosaicing, chroma subsampling, sharpening) read as faint colour; these pixels are
+        the ones a fringe cannot reach. True everywhere on regions read with the wide guard
+        and on connections.
     """
 
     template: Template
@@ -235,6 +242,7 @@ class SheetModel:
     strip_px: float = 0.0
     strip_sum_idx: tuple | None = None
     strip_ext: np.ndarray | None = None
+    open_px: np.ndarray | None = None
 
 
 #: Straight-line search (``SheetModel.strip_bin``): orientations over 180 degrees and strips
@@ -382,6 +390,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     w_l, bin_l, nbins, is_line, dbin_l, outline = [], [], [], [], [], []
     hpix_l, hlab_l, hdiag_l = [], [], []
     spos_l, sdxy_l = [], []  # area pixels for the straight-line search
+    open_l = []  # clear of the wide print guard (SheetModel.open_px)
     n_pix = 0
     hm = halo_mm * k
     next_bin = 0
@@ -413,6 +422,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
         rr, cc = np.nonzero(m)
         rr = rr + r0
         cc = cc + c0
+        open_l.append(np.ones(rr.size, bool) if line else ~structure_area[rr, cc])
         xs, ys = cc + 0.5, rr + 0.5
         if line:
             a = np.asarray(r.shape.params["p1"], float) * k
@@ -515,7 +525,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       np.asarray(is_line, bool), cat(dbin_l, np.int64), paper_sample,
                       np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
                       cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
-                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext)
+                      strip_dxy, float(strip_px), strip_sum_idx, strip_ext, cat(open_l, bool))
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,6 +580,11 @@ class _Features:
     halo_off: np.ndarray | None = None
     halo_dark_diag: np.ndarray | None = None
     lines: Mapping[str, np.ndarray] | None = None
+    # (OPEN_FEATURES: the share of the region clear of the wide print guard, and the ink and
+    # colour coverage there; only when asked for)
+    open_share: np.ndarray | None = None
+    open_cover: np.ndarray | None = None
+    open_coloured: np.ndarray | None = None
 
 
 def _median(x: np.ndarray):
@@ -747,9 +762,10 @@ def _model_constants(model: SheetModel) -> _ModelConstants:
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
-             lines: bool = True) -> _Features:
+             lines: bool = True, open_cols: bool = False) -> _Features:
     # (lines: measure the line features, LINE_FEATURES; only a model that reads them, or a
-    # dataset being built, needs them: they cost several ms a photo)
+    # dataset being built, needs them: they cost several ms a photo. open_cols: the same for
+    # OPEN_FEATURES)
     R = len(model.region_ids)
     lbl = model.label
     mc = _model_constants(model)
@@ -789,6 +805,10 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     k_w, k_n = acc.add(w), acc.add(ok)
     k_cover, k_fcol = acc.add(w * ink), acc.add(w * col)
     k_faint, k_fdark = acc.add(w * faint), acc.add(w * dark)
+    open_cols = open_cols and model.open_px is not None
+    if open_cols:
+        wo = w * model.open_px
+        k_wo, k_oink, k_ocol = acc.add(wo), acc.add(wo * ink), acc.add(wo * col)
     # connections: share of the segment's length that carries a stroke
     line_cover = np.zeros(R)
     nb_total = mc.nb_total
@@ -850,6 +870,12 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
     ink_drop = S[k["drop"]] / np.maximum(S[k["ink"]], 1)
     x_score = np.where((nb >= 8) & (no >= 8), (bc - oc) / np.maximum(bc, 0.05), 0.0)
     x_score = np.clip(x_score, -1.0, 1.0)
+    opens = {}
+    if open_cols:
+        wo_sum = S[k_wo]
+        opens = {"open_share": wo_sum / wsum,
+                 "open_cover": np.where(wo_sum > 0, S[k_oink] / np.maximum(wo_sum, 1e-9), 0.0),
+                 "open_coloured": np.where(wo_sum > 0, S[k_ocol] / np.maximum(wo_sum, 1e-9), 0.0)}
     if lines:
         lines = {"ink_z": S[k["z"]] / np.maximum(n, 1), "z3_share": S[k["z3"]] / np.maximum(n, 1),
                  "diag_z": S[k["zb"]] / np.maximum(nb, 1), "sector_z": S[k["zo"]] / np.maximum(no, 1)}
@@ -860,7 +886,8 @@ def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np
                      (nb1 >= 4) & (nb2 >= 4) & (no >= 8), faint_cover, faint_line,
                      np.minimum(bc1, bc2), np.maximum(bc1, bc2), coherence,
                      np.minimum(k["dl1"], k["dl2"]), np.maximum(k["dl1"], k["dl2"]),
-                     k["fdl"].max(axis=1), bare_core, faint_tint, faint_hue_r, ink_drop, lines=lines)
+                     k["fdl"].max(axis=1), bare_core, faint_tint, faint_hue_r, ink_drop, lines=lines,
+                     **opens)
 
 
 def _faint_and_hue(C: np.ndarray, L: np.ndarray, a: np.ndarray, b: np.ndarray, ok: np.ndarray,
@@ -1186,6 +1213,15 @@ PHOTO_FEATURE_DEFAULTS = {
     "paper_coverage": 0.9,
 }
 
+#: Ink clear of the wide guard around print (``SheetModel.open_px``, session 18): the share of
+#: the region's (centre-weighted) pixels that lie there, and the ink and colour coverage over
+#: them (0 where there are none). On dev corpus 25000's easy and typical Reefs photos, empty
+#: treasures (a printed chest and number fill the circle) had colour on 16 % of the pixels
+#: within 0.25 mm of print and 1.3 % of those 1-1.5 mm away, filled ones ~90 % at every
+#: distance: colour fringes along printed lines, which made the readers unsure of 81 % of the
+#: empty treasures. Appended last; measured only for a model that reads them or a dataset.
+OPEN_FEATURES = ("open_share", "open_cover", "open_coloured")
+
 #: The per-region feature matrix (:func:`region_feature_matrix`), one column per name. Every
 #: column is a physical measurement normalised by this photo (coverage shares, lengths as
 #: shares of a diagonal, chroma and darkness in units of this photo's paper noise, hue
@@ -1225,9 +1261,9 @@ FEATURE_NAMES = (
     "photo_paper_coverage",
     # pencil in a ring along the region's outline (vision._evidence): appended last, so that
     # every model made for the shorter list reads its columns where they were
-) + EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES
+) + EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES + OPEN_FEATURES
 # (then pencil on connections' guides, vision._guide; then the cross's arms in the ring,
-# vision._evidence.x_features)
+# vision._evidence.x_features; then the ink clear of the wide print guard, OPEN_FEATURES)
 
 #: The columns of ``FEATURE_NAMES`` measured by the straight-line search and its kin
 #: (``_measure_lines``); left 0 when the model in use reads none of them.
@@ -1325,6 +1361,10 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
         v = getattr(f, name)
         if v is not None:
             put(name, v)
+    if f.open_share is not None:
+        put("open_share", f.open_share)
+        put("open_cover", f.open_cover)
+        put("open_coloured", f.open_coloured)
     for name, v in (f.lines or {}).items():
         # (connections are not searched for lines: their columns stay 0)
         put(name, np.where(model.is_line[:R], 0.0, v))
@@ -1513,7 +1553,10 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # the line features only when the model reads them (or the matrix is kept for a dataset)
     need_lines = keep_matrix or (learned is not None
                                  and not LINE_FEATURES.isdisjoint(learned.feature_names))
-    f = _measure(lab, model, th, ok, lines=need_lines)
+    # (the open columns likewise)
+    need_open = keep_matrix or (learned is not None
+                                and not set(OPEN_FEATURES).isdisjoint(learned.feature_names))
+    f = _measure(lab, model, th, ok, lines=need_lines, open_cols=need_open)
     if halo is not None:
         f = replace(f, **halo)
 
