@@ -6,6 +6,7 @@
 #   scripts/reader_recipe.sh validate WORK MODEL TAG   # sheetcheck eval of the 9 validation corpora
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
 #   KEEP_PHOTOS=1 scripts/reader_recipe.sh corpora WORK   # keep the training corpora's photos too
+#   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -14,7 +15,8 @@
 # thresholds for them. RECIPE=v9 gives reader-v9's fit exactly (its 13 calibration corpora, no
 # CALIB_CROSS), RECIPE=v8 reader-v8's (its 6 training and 11 calibration corpora). Pack three seeds with scripts/pack_committee.py. Training corpora's photos are
 # deleted once their dataset is built (300 photos are ~200 MB); validation corpora's are kept
-# for `validate`. With KEEP_PHOTOS=1 every corpus keeps its photos (~4 GB in all), so that the
+# for `validate`. The fit leaves out the ring columns (`--drop 'ev_ring_*'`); DROP replaces that
+# list (the open columns of session 18 are read unless DROP names them). With KEEP_PHOTOS=1 every corpus keeps its photos (~4 GB in all), so that the
 # datasets can be extracted again after a change to the reader's features (scripts/reader_dataset.py
 # on each WORK/corp/NAME, ~25 min on two cores) without making the photos again (~2 h).
 # A corpus whose dataset (or, for validation corpora, whose folder) exists is skipped, so an
@@ -133,7 +135,7 @@ case $cmd in
     run "$PY" "$ROOT/scripts/train_reader.py" "${args[@]}" \
       --iters 200 --leaves 6 --lr 0.2 --min-leaf 100 --l2 1 --margin 1.5 --independent --lopo \
       --by-mark --tiers 0,0.015,0.03 --tier-only written,crossed --seed "$SEED" \
-      --drop 'ev_ring_*' --dump "$WORK/fits/rule_rows_${TAG}_s$SEED.npz" \
+      --drop "${DROP:-ev_ring_*}" --dump "$WORK/fits/rule_rows_${TAG}_s$SEED.npz" \
       --out "$WORK/fits/$TAG-s$SEED.json"
     ;;
   validate)
