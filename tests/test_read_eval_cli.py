@@ -72,6 +72,15 @@ def test_eval_reports_accuracy_confusion_and_confident_errors(folder, tmp_path, 
     n = sum(len(json.loads((folder / f"p{k}.truth.json").read_text())["marks"]) for k in range(2))
     assert res["regions"] == n == res["accuracy"]["total"]
     assert set(res["by_preset"]) == {"easy", "typical"}
+    # the flags per kind, preset and template add up to the regions flagged; the empty regions
+    # per kind to the truth's empties (the confusion matrix's row)
+    for key in ("by_kind", "by_preset", "by_template", "by_markers"):
+        assert sum(v["flagged"] for v in res[key].values()) == res["regions_flagged"]["count"]
+        assert sum(v["empty"] for v in res[key].values()) == res["by_colour"]["empty"]["total"]
+        for v in res[key].values():
+            assert 0 <= v["empty_flagged"] <= min(v["empty"], v["flagged"]) <= v["total"]
+    assert res["accuracy"]["flagged"] == res["regions_flagged"]["count"]
+    assert "flagged" in text.split("per kind:")[1].splitlines()[1]
     assert res["confident_errors"]["count"] == len(res["confident_errors"]["list"])
     # every truth row of the confusion matrix adds up to that mark's count
     for t, row in res["confusion"]["matrix"].items():

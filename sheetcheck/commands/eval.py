@@ -63,21 +63,31 @@ def _load_truth(path: Path) -> dict:
 
 
 class _Acc:
-    """Correct/total counter."""
+    """Correct/total counter, with the regions flagged for review among them and, of the
+    regions whose truth is empty, how many were flagged (most flags on easy photos are on
+    empty regions read right: session 19)."""
 
-    __slots__ = ("ok", "n")
+    __slots__ = ("ok", "n", "flagged", "empty", "empty_flagged")
 
     def __init__(self):
         self.ok = 0
         self.n = 0
+        self.flagged = 0
+        self.empty = 0
+        self.empty_flagged = 0
 
-    def add(self, ok: bool) -> None:
+    def add(self, ok: bool, flagged: bool = False, empty: bool = False) -> None:
         self.ok += bool(ok)
         self.n += 1
+        self.flagged += bool(flagged)
+        self.empty += bool(empty)
+        self.empty_flagged += bool(empty and flagged)
 
     def to_json(self) -> dict:
-        return {"accuracy": round(self.ok / self.n, 6) if self.n else None, "correct": self.ok,
-                "total": self.n}
+        share = (lambda a, b: round(a / b, 6) if b else None)  # noqa: E731
+        return {"accuracy": share(self.ok, self.n), "correct": self.ok, "total": self.n,
+                "flagged": self.flagged, "flagged_share": share(self.flagged, self.n),
+                "empty": self.empty, "empty_flagged": self.empty_flagged}
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,7 +422,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
             for rid, t in marks.items():
                 for acc in (overall, by_kind[kinds.get(rid, "?")], by_preset[preset],
                             by_markers[markers], by_template[str(truth.get("template"))]):
-                    acc.add(False)
+                    acc.add(False, True, t == "empty")
                 confusion[t]["(failed)"] += 1
                 regions_total += 1
                 regions_flagged += 1
@@ -443,7 +453,7 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
             ok = got == t
             for acc in (overall, by_kind[kind], by_preset[preset], by_markers[markers],
                         by_template[str(truth.get("template"))]):
-                acc.add(ok)
+                acc.add(ok, bool(review), t == "empty")
             confusion[t][got] += 1
             regions_total += 1
             regions_flagged += bool(review)
@@ -579,7 +589,10 @@ def format_report(res: dict) -> str:
                        ("markers", "by_markers"), ("per template", "by_template")):
         out.append(f"{title}:")
         for k, v in res[key].items():
-            out.append(f"  {k:<22} {_pct(v)}")
+            fl = (f"   flagged {100 * v['flagged_share']:5.1f} %"
+                  + (f" (empty {100 * v['empty_flagged'] / v['empty']:5.1f} %)" if v.get("empty") else "")
+                  if v.get("flagged_share") is not None else "")
+            out.append(f"  {k:<22} {_pct(v):<30}{fl}")
     out.append("per colour (truth row, read column):")
     cols = res["confusion"]["rows_truth_cols_read"]
     out.append("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols) + "   accuracy")
