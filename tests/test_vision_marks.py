@@ -642,16 +642,15 @@ def test_line_features_are_measured_only_for_a_model_that_reads_them(crypts):
     full = _read(model, image, learned=v1, keep_matrix=True)
     cols = [FEATURE_NAMES.index(n) for n in sorted(LINE_FEATURES)]
     assert not lean.matrix[:, cols].any() and full.matrix[:, cols].any()
-    # the ring columns and the guide columns too are computed only when asked or for a
-    # model that reads them
+    # the guide and X columns too are computed only when asked or for a model that reads them
     from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
     from vision.marks import OPEN_FEATURES
-    ring = [FEATURE_NAMES.index(n) for n in EVIDENCE_FEATURES + GUIDE_FEATURES + X_FEATURES]
+    ring = [FEATURE_NAMES.index(n) for n in GUIDE_FEATURES + X_FEATURES]
     assert not lean.matrix[:, ring].any() and full.matrix[:, ring].any()
-    # the open columns always (the hand reader's vote on mostly-print regions reads them),
-    # the same values either way
-    opened = [FEATURE_NAMES.index(n) for n in OPEN_FEATURES]
+    # the open and ring columns always (the hand reader's vote on mostly-print regions and
+    # the check for traced outlines read them), the same values either way
+    opened = [FEATURE_NAMES.index(n) for n in OPEN_FEATURES + EVIDENCE_FEATURES]
     assert lean.matrix[:, opened].any()
     other = [j for j in range(len(FEATURE_NAMES)) if j not in cols and j not in ring]
     assert set(opened) <= set(other)

@@ -36,8 +36,9 @@ and not the ring columns; ``ring_pixels(x_only=True)`` then samples only the X z
 
 The ring is measured on unprinted or lightly printed pixels only (print divided out as for
 the region itself, ``SheetModel.divisor``); dark print (the outline itself) hides pencil and
-is skipped. Computed only for a model that reads these columns, or when the feature matrix
-is kept for a dataset (``vision.marks.classify_sheet``); appended last to
+is skipped. Computed on every photo since session 20 (``vision.marks._outline_check`` flags a
+confident "empty" whose outline was traced in colour: ``ev_ring_in_arc`` >= 0.75 with
+``ev_ring_out_arc`` < 0.5); appended last to
 ``vision.marks.FEATURE_NAMES`` so that models made for the shorter list read their columns
 where they were.
 
@@ -45,7 +46,7 @@ Measured (session 9, reader-v7's recipe refitted with these columns, 8 validatio
 typical regions flagged 36.3 / 39.8 / 33.1 % for split seeds 0 / 1 / 2 against 44.0 % for reader-v7
 and 46.9 % for the same refit without them (seed 0); confident errors 0 / 0 / 2, the two on regions
 whose mark the photo does not show (a grey line for a green connection, a barely visible cross).
-No model reads them yet.
+No model reads them yet; the outline check does (session 20).
 """
 
 from __future__ import annotations
