@@ -32,7 +32,9 @@ arms still run out through the corners of the ring. Measured (session 10): cross
 Crypts photos median contrast 0.27, colour fills -0.02, empty 0.00; refits with them lose the
 recurring coloured-X confident error but read the held-out painter's ticked boxes "crossed"
 twice as often (flagged). reader-v8 (session 11, trained also on ticking hands) reads them,
-and not the ring columns; ``ring_pixels(x_only=True)`` then samples only the X zones.
+and not the ring columns; ``ring_pixels(x_only=True)`` samples only the X zones (since
+session 20 ``vision.marks.classify_sheet`` samples the whole ring on every photo, for the
+outline check).
 
 The ring is measured on unprinted or lightly printed pixels only (print divided out as for
 the region itself, ``SheetModel.divisor``); dark print (the outline itself) hides pencil and

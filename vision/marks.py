@@ -751,10 +751,9 @@ class _ModelConstants:
         # they are summed over these pixels alone (8 % of a Reefs sheet's, 1 % of a Crypts
         # one's).
         self.open_narrow = np.zeros(R, bool)
-        if model.open_px is not None and model.label.size:
+        if model.open_px is not None:
             self.open_narrow[np.unique(model.label[~model.open_px])] = True
-        self.open_idx = np.flatnonzero(self.open_narrow[model.label]) if model.label.size else \
-            np.zeros(0, np.intp)
+        self.open_idx = np.flatnonzero(self.open_narrow[model.label])
         self.open_px = (model.open_px[self.open_idx] if model.open_px is not None
                         else np.zeros(0, bool))
         self.open_sums = _RegionSums(model.label[self.open_idx], R)
@@ -1560,9 +1559,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
           else np.asarray(valid, bool).reshape(-1)[model.pix])
     from vision.learned import resolve_reader
     learned = resolve_reader(learned)
-    # the ring columns always since session 20: the check for colour traced along the
-    # outline reads them (_outline_check); the X columns when the model reads them
-    want_ev = True
+    # (the ring columns on every photo since session 20: the check for colour traced along
+    # the outline reads them, _outline_check; the X columns when the model reads them)
     want_x = keep_matrix or (learned is not None
                              and not set(X_FEATURES).isdisjoint(learned.feature_names))
     # The ring's pixels (sampled once for both families) read the photo alone: offered to the
@@ -1570,15 +1568,13 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # takes the texel counts, when a second core is allowed (vision._geom_threads; the same
     # values either way; with one thread they are sampled here, now). Measured (12 bench
     # photos, two threads, an idle core, 120 alternating pairs): classify ~1 ms shorter.
-    ring_task = (start(lambda: ring_pixels(sample, model, valid=valid, x_only=not want_ev))
-                 if want_ev or want_x else None)
+    ring_task = start(lambda: ring_pixels(sample, model, valid=valid))
     # the line features only when the model reads them (or the matrix is kept for a dataset)
     need_lines = keep_matrix or (learned is not None
                                  and not LINE_FEATURES.isdisjoint(learned.feature_names))
     # (the open columns always: the hand reader's vote on mostly-print regions reads them,
     # _open_votes; summed over those regions' pixels alone, they cost little)
-    need_open = True
-    f = _measure(lab, model, th, ok, lines=need_lines, open_cols=need_open)
+    f = _measure(lab, model, th, ok, lines=need_lines, open_cols=True)
     if halo is not None:
         f = replace(f, **halo)
 
@@ -1624,12 +1620,11 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                  chroma_noise=chroma_noise,
                                  hues=hues)
         internals.append(it)
-    matrix = ev = None
+    ring = ring_task.result()
+    ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
+    matrix = None
     if keep_matrix or learned is not None:
         xc = None  # (only when the model reads them, or the matrix is kept for a dataset)
-        ring = ring_task.result() if ring_task is not None else None
-        if want_ev:
-            ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
         if want_x:
             xc = x_features(sample, model, th=th, valid=valid, pixels=ring)
         gd = None
@@ -1675,9 +1670,6 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.region_id, rd.kind, rd.mark, float(photo_confidence), review,
                     rd.alternatives, rd.features,
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
-    if ev is None:  # (the hand reader alone)
-        ring = ring_task.result() if ring_task is not None else None
-        ev = evidence_features(sample, model, th=th, palette=pal, valid=valid, pixels=ring)
     readings = _outline_check(readings, regions, ev, review_threshold)
     readings = _check_calibration(readings, regions, f, pal, pal_gaps, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
@@ -1775,16 +1767,26 @@ def _outline_check(readings: dict, regions, ev: np.ndarray, review_threshold: fl
     if hit.size == 0:
         return readings
     out = dict(readings)
-    cap = math.nextafter(review_threshold, 0.0) - 1e-4
     for i in hit.tolist():
         rd = readings[regions[i].id]
         if rd.mark != "empty" or rd.review:
             continue
-        out[rd.region_id] = RegionReading(
-            rd.region_id, rd.kind, rd.mark, float(min(rd.confidence, cap)), True, rd.alternatives,
-            {**rd.features, "ring_in_arc": float(ev[i, j_in]), "ring_out_arc": float(ev[i, j_out])},
-            f"colour traced along the outline ({ev[i, j_in]:.0%} of the ring inside it coloured)")
+        out[rd.region_id] = _flagged(
+            rd, review_threshold,
+            f"colour traced along the outline ({ev[i, j_in]:.0%} of the ring inside it coloured)",
+            ring_in_arc=float(ev[i, j_in]), ring_out_arc=float(ev[i, j_out]))
     return out
+
+
+def _flagged(rd: RegionReading, review_threshold: float, reason: str,
+             **features: float) -> RegionReading:
+    """``rd`` flagged for review (the checks after both readers, :func:`_outline_check` and
+    :func:`_check_calibration`): the same mark, its confidence kept just under the review
+    threshold, ``reason``, and ``features`` added to the reading's own."""
+    cap = math.nextafter(review_threshold, 0.0) - 1e-4
+    return RegionReading(rd.region_id, rd.kind, rd.mark, float(min(rd.confidence, cap)), True,
+                         rd.alternatives, {**rd.features, **features} if features else rd.features,
+                         reason)
 
 
 def _nearest_pencil(palette: Palette, hue: np.ndarray) -> np.ndarray:
@@ -1814,16 +1816,13 @@ def _check_calibration(readings: dict, regions, f: _Features, pal: Palette, pal_
     split = np.flatnonzero(has_hue & (a != b))
     if split.size == 0:
         return readings
-    cap = math.nextafter(review_threshold, 0.0) - 1e-4
     for i in split.tolist():
         rid = regions[i].id
         rd = readings[rid]
         if rd.review or rd.mark not in PENCIL_COLOURS:
             continue
-        readings[rid] = RegionReading(
-            rd.region_id, rd.kind, rd.mark, float(min(rd.confidence, cap)), True,
-            rd.alternatives, rd.features,
-            f"pencils calibrated two ways disagree (hue {hue[i]:.0f}: "
+        readings[rid] = _flagged(
+            rd, review_threshold, f"pencils calibrated two ways disagree (hue {hue[i]:.0f}: "
             f"{PENCIL_COLOURS[a[i]]} or {PENCIL_COLOURS[b[i]]})")
     return readings
 
