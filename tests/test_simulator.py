@@ -230,6 +230,51 @@ def test_pencil_colour_is_the_pencil_not_paint(crypts):
     assert inner[:, 0].std() > 8, "a flat fill: no grain or gaps"
 
 
+def _x_shaped(painted, blank, box, s: float) -> bool:
+    """Whether the ink over ``box`` runs along both of its diagonals (an X)."""
+    x0, y0, x1, y1 = np.array(box.shape.bbox()) * s
+    ink = (np.abs(painted.astype(int) - blank.astype(int)).sum(-1) > 60).astype(np.uint8)
+    ink = cv2.dilate(ink, np.ones((5, 5), np.uint8))
+    t = np.linspace(0.25, 0.75, 21)
+    share = []
+    for (ax, ay), (bx, by) in (((x0, y0), (x1, y1)), ((x1, y0), (x0, y1))):
+        xs = np.round(ax + (bx - ax) * t).astype(int)
+        ys = np.round(ay + (by - ay) * t).astype(int)
+        share.append(ink[ys, xs].mean())
+    return min(share) > 0.8
+
+
+def test_a_colour_pencil_crosses_out_with_an_x_never_a_scribble(crypts):
+    """A scribble in a colour pencil is colouring in: no one can tell it from a scribbled fill,
+    so the painter would be writing a "crossed" truth no reader could earn. A hand that scribbles
+    its crossings-out does so in graphite; in colour it draws an X (as the varied and held-out
+    painters do)."""
+    dpi = 100.0
+    s = dpi / 25.4
+    blank = render_blank(crypts, dpi=dpi)
+    box = next(r for r in crypts.readable_regions() if r.kind == "box" and "crossed" in r.marks)
+    pencils = {"orange": [240, 120, 40], "red": [200, 40, 50], "blue": [40, 90, 180],
+               "green": [40, 140, 70], "purple": [120, 60, 150], "graphite": [70, 70, 75]}
+    shapes = {}
+    for pencil in ("colour", "graphite"):
+        hand = {**sample_hand(np.random.default_rng(0)), "pressure": 1.0, "stray_marks": 0,
+                "stroke_width_mm": 0.5, "cross_style": "scribble", "cross_pencil": pencil}
+        shapes[pencil] = []
+        for seed in range(8):
+            painted = paint_sheet(blank, crypts, {box.id: "crossed"}, dpi=dpi,
+                                  rng=np.random.default_rng(seed), pencils=pencils, hand=hand)
+            shapes[pencil].append(_x_shaped(painted, blank, box, s))
+            x0, y0, x1, y1 = (np.array(box.shape.bbox()) * s).astype(int)
+            ink = painted[y0:y1, x0:x1].reshape(-1, 3).astype(int)
+            dark = ink[ink.sum(1) < 600]
+            chroma = np.median(dark.max(1) - dark.min(1)) if len(dark) else 0
+            # the crossing-out is in colour with the colour hand, grey with the graphite one
+            assert (chroma > 40) == (pencil == "colour"), (pencil, seed, chroma)
+    assert all(shapes["colour"]), shapes
+    # the graphite hand keeps its scribbles (an X only when the hand departs from its habit)
+    assert sum(shapes["graphite"]) <= 3, shapes
+
+
 def test_bad_marks_are_clear_errors(crypts):
     with pytest.raises(StateError, match="unknown region 'nope'"):
         simulate_photo(crypts, {"nope": "red"}, seed=0)

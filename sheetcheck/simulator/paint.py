@@ -14,6 +14,7 @@ OpenCV drawing functions put pixel centres at integers, hence the ``- 0.5`` in `
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Mapping
 
 import cv2
@@ -300,12 +301,14 @@ def _line_strokes(region, *, hand: dict, s: float, rng):
     return strokes
 
 
-def _cross_strokes(region, *, hand: dict, s: float, rng):
-    """An X (sometimes a single slash or a scribble) over the region."""
+def _cross_strokes(region, *, hand: dict, s: float, rng, style: str | None = None):
+    """An X (sometimes a single slash or a scribble) over the region: (strokes, style), the
+    style the hand's own (mostly) unless ``style`` names one."""
     x0, y0, x1, y1 = (np.array(region.shape.bbox()) * s)
     c = np.array([(x0 + x1) / 2, (y0 + y1) / 2])
     hw, hh = (x1 - x0) / 2, (y1 - y0) / 2
-    style = hand["cross_style"] if rng.random() < 0.85 else str(rng.choice(["x", "slash", "scribble"]))
+    if style is None:
+        style = hand["cross_style"] if rng.random() < 0.85 else str(rng.choice(["x", "slash", "scribble"]))
     width = max(1.0, hand["stroke_width_mm"] * s * rng.uniform(0.9, 1.3))
     base = min(1.0, hand["pressure"] * 1.15)
     k = rng.uniform(0.7, 1.15)
@@ -314,7 +317,7 @@ def _cross_strokes(region, *, hand: dict, s: float, rng):
         pts = c + np.stack([rng.uniform(-hw, hw, 9), rng.uniform(-hh, hh, 9)], 1) * 0.8
         line = np.concatenate([_polyline(pts[i], pts[i + 1], px_per_mm=s,
                                          wobble_mm=hand["wobble_mm"], rng=rng) for i in range(8)])
-        return [(line, _pressure_profile(len(line), base, rng), width)]
+        return [(line, _pressure_profile(len(line), base, rng), width)], style
     diag = [((-1, -1), (1, 1)), ((1, -1), (-1, 1))]
     if style == "slash":
         diag = diag[1:]
@@ -323,7 +326,7 @@ def _cross_strokes(region, *, hand: dict, s: float, rng):
         pb = c + np.array(sb) * [hw, hh] * k + rng.normal(0, 0.6 * s, 2)
         line = _polyline(pa, pb, px_per_mm=s, wobble_mm=hand["wobble_mm"], rng=rng)
         strokes.append((line, _pressure_profile(len(line), base, rng), width))
-    return strokes
+    return strokes, style
 
 
 #: Single-stroke Hershey fonts look most like handwriting; the serif ones only rarely.
@@ -523,18 +526,29 @@ def paint_sheet(sheet_rgb: np.ndarray, template, marks: Mapping[str, str], *, dp
             continue
         if region.shape.type == "segment" or region.kind in LINE_KINDS:
             if mark == "crossed":
-                strokes = _cross_strokes(region, hand=hand, s=s, rng=rng)
+                strokes, _ = _cross_strokes(region, hand=hand, s=s, rng=rng)
                 colour = plin["graphite"]
             else:
                 strokes = _line_strokes(region, hand=hand, s=s, rng=rng)
                 colour = plin[mark]
         elif mark == "crossed":
-            strokes = _cross_strokes(region, hand=hand, s=s, rng=rng)
+            strokes, cstyle = _cross_strokes(region, hand=hand, s=s, rng=rng)
             # Pick a Pen players hold only coloured pencils while playing: a Reefs star that
             # another player took first is crossed with whichever pencil is in hand
             coloured = region.kind == "star" and template.game == "pick_a_pen_reefs"
-            colour = (plin[str(rng.choice(colours))] if colours and
-                      (coloured or hand["cross_pencil"] == "colour") else plin["graphite"])
+            pick = (str(rng.choice(colours)) if colours and
+                    (coloured or hand["cross_pencil"] == "colour") else None)
+            if pick is not None and cstyle == "scribble":
+                # A scribble over the region in a colour pencil is colouring it in, whatever the
+                # painter meant: nobody, reader or person, can tell it from a scribbled fill,
+                # so it would be a "crossed" truth no reader could earn. The varied painter
+                # (_DENSE_CROSS) and the held-out one only scribble out with graphite; this
+                # hand crosses out in colour with an X instead. The X's wobble comes from a
+                # generator seeded by the scribble it replaces, so that every other region of
+                # the photo comes out exactly as before this rule (session 21).
+                sub = np.random.default_rng(zlib.crc32(strokes[0][0].tobytes()))
+                strokes, _ = _cross_strokes(region, hand=hand, s=s, rng=sub, style="x")
+            colour = plin[pick] if pick is not None else plin["graphite"]
         elif mark == "written":
             _write_digits(lin, grain, region, hand=hand, s=s, rng=rng, plin=plin, colours=colours,
                           text=(digits or {}).get(region.id))
