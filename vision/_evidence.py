@@ -283,6 +283,35 @@ def ring_geometry(model) -> RingGeometry:
     return per_model(model, "ring", build_ring_geometry)
 
 
+@dataclass(frozen=True)
+class _RingCounts:
+    """What the ring columns count by, built once per sheet model (:func:`_ring_counts`):
+    ``key``, ``sector * 2 + inner`` of each ring pixel (the sector's outer and inner pixels
+    side by side), and the counts of a photo whose every ring pixel is usable (the usual
+    case): pixels per region ``n`` (R,) and per sector and half ``ns2`` (R * SECTORS, 2),
+    float64 as ``np.bincount`` gives them with 0/1 weights."""
+
+    key: np.ndarray
+    n: np.ndarray
+    ns2: np.ndarray
+
+
+def _ring_counts(model) -> _RingCounts:
+    return per_model(model, "ring_counts", _build_ring_counts)
+
+
+def _build_ring_counts(model) -> _RingCounts:
+    g = ring_geometry(model)
+    R = g.regions
+    key = g.sector.astype(np.int64) * 2 + g.inner.astype(np.int64)
+    every = np.ones(g.pix.size, bool)
+    out = _RingCounts(key, np.bincount(g.label, every, R),
+                      np.bincount(key, every, R * SECTORS * 2).reshape(R * SECTORS, 2))
+    for v in vars(out).values():
+        v.setflags(write=False)
+    return out
+
+
 def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = None,
                       pixels: RingPixels | None = None) -> np.ndarray:
     """The ring columns (``EVIDENCE_FEATURES``) of one photo.
@@ -317,30 +346,38 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     if px.sel is not None:
         raise ValueError("the ring columns read every ring pixel: pass ring_pixels() without x_only")
     ok, L, a, b, C = px.ok, px.L, px.a, px.b, px.C
+    rc = _ring_counts(model)
     col = ok & (C >= float(th["chroma"]))
     dark = ok & ~col & (L <= float(th["dark_l"]))
-    n = np.bincount(g.label, ok, R)
-    X[:, 0] = np.bincount(g.label, col, R) / np.maximum(n, 1)
+    all_ok = bool(ok.all())
+    n = rc.n if all_ok else np.bincount(g.label, ok, R)
+    # (counts of 0/1 weights are whole numbers in float64: a sector's count over all its
+    # pixels is exactly the sum of its outer and inner halves' counts)
+    ns2 = rc.ns2 if all_ok else np.bincount(rc.key, ok, R * SECTORS * 2).reshape(R * SECTORS, 2)
+    # (the coloured and dark pixels' keys counted, int64: the same whole numbers as a
+    # bincount weighted by the 0/1 selection, and the same comparisons and quotients below)
+    lc = g.label[col]
+    hs2 = np.bincount(rc.key[col], minlength=R * SECTORS * 2).reshape(R * SECTORS, 2)
 
-    def arc(hit, sel):
-        ns = np.bincount(g.sector[sel], ok[sel], R * SECTORS).reshape(R, SECTORS)
-        hs = np.bincount(g.sector[sel], hit[sel], R * SECTORS).reshape(R, SECTORS)
+    def arc(ns, hs):
+        ns, hs = ns.reshape(R, SECTORS), hs.reshape(R, SECTORS)
         counted = ns >= SECTOR_MIN_PIXELS
         covered = counted & (hs >= SECTOR_SHARE * np.maximum(ns, 1))
         return covered.sum(axis=1) / np.maximum(counted.sum(axis=1), 1)
 
-    every = np.ones(g.pix.size, bool)
-    X[:, 1] = arc(col, every)
-    X[:, 2] = arc(col, g.inner)
-    X[:, 3] = arc(col, ~g.inner)
-    X[:, 4] = arc(dark, every)
+    ns_all = ns2[:, 0] + ns2[:, 1]
+    nc = hs2.reshape(R, SECTORS * 2).sum(axis=1)  # (a region's coloured pixels: its sectors')
+    X[:, 0] = nc / np.maximum(n, 1)
+    X[:, 1] = arc(ns_all, hs2[:, 0] + hs2[:, 1])
+    X[:, 2] = arc(ns2[:, 1], hs2[:, 1])
+    X[:, 3] = arc(ns2[:, 0], hs2[:, 0])
+    X[:, 4] = arc(ns_all, np.bincount(g.sector[dark], minlength=R * SECTORS))
     # the ring's hue: the mean (a, b) of its coloured pixels, against the calibrated pencils
-    nc = np.bincount(g.label, col, R)
-    ma = np.bincount(g.label, np.where(col, a, 0.0), R) / np.maximum(nc, 1)
-    mb = np.bincount(g.label, np.where(col, b, 0.0), R) / np.maximum(nc, 1)
+    # (summed over the coloured pixels alone: the same sums, less the exact zeros)
+    ma = np.bincount(lc, a[col], R) / np.maximum(nc, 1)
+    mb = np.bincount(lc, b[col], R) / np.maximum(nc, 1)
     chroma = np.hypot(ma, mb)
     hue = np.degrees(np.arctan2(mb, ma)) % 360.0
-    # hue noise of a mean of noisy pixels: as vision.marks gives the region's own hue
     c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
     noise = np.degrees(3.0 * c_sd / np.maximum(chroma, 1e-3))
     has = (nc >= SECTOR_MIN_PIXELS) & (chroma > 0)
@@ -397,3 +434,4 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None,
 __all__ = ["EVIDENCE_FEATURES", "RingGeometry", "RingPixels", "X_FEATURES",
            "build_ring_geometry", "evidence_features", "ring_geometry", "ring_pixels",
            "x_features"]
+
