@@ -268,3 +268,66 @@ def test_a_build_may_use_what_is_built_before_it():
     th.join(10)
     assert not th.is_alive() and out == [42]
     assert per_model(m, "outer", lambda _: 0) == 42  # built once
+
+
+def _ring_columns_by_bincount(model, px, th, palette):
+    """The ring columns as ``evidence_features`` computed them before its counts were shared
+    (one weighted bincount per count, over every ring pixel): the reference it must equal."""
+    from calibration.template import PENCIL_COLOURS
+    from vision.colour import hue_diff
+    g = ring_geometry(model)
+    R = g.regions
+    X = np.zeros((R, len(EVIDENCE_FEATURES)), np.float32)
+    ok, L, a, b, C = px.ok, px.L, px.a, px.b, px.C
+    col = ok & (C >= float(th["chroma"]))
+    dark = ok & ~col & (L <= float(th["dark_l"]))
+    n = np.bincount(g.label, ok, R)
+    X[:, 0] = np.bincount(g.label, col, R) / np.maximum(n, 1)
+
+    def arc(hit, sel):
+        ns = np.bincount(g.sector[sel], ok[sel], R * SECTORS).reshape(R, SECTORS)
+        hs = np.bincount(g.sector[sel], hit[sel], R * SECTORS).reshape(R, SECTORS)
+        counted = ns >= _evidence.SECTOR_MIN_PIXELS
+        covered = counted & (hs >= _evidence.SECTOR_SHARE * np.maximum(ns, 1))
+        return covered.sum(axis=1) / np.maximum(counted.sum(axis=1), 1)
+
+    every = np.ones(g.pix.size, bool)
+    X[:, 1], X[:, 2] = arc(col, every), arc(col, g.inner)
+    X[:, 3], X[:, 4] = arc(col, ~g.inner), arc(dark, every)
+    nc = np.bincount(g.label, col, R)
+    ma = np.bincount(g.label, np.where(col, a, 0.0), R) / np.maximum(nc, 1)
+    mb = np.bincount(g.label, np.where(col, b, 0.0), R) / np.maximum(nc, 1)
+    chroma = np.hypot(ma, mb)
+    hue = np.degrees(np.arctan2(mb, ma)) % 360.0
+    noise = np.degrees(3.0 * max(1.0, float(th.get("paper_chroma_sd", 1.0))) / np.maximum(chroma, 1e-3))
+    has = (nc >= _evidence.SECTOR_MIN_PIXELS) & (chroma > 0)
+    for j, c in enumerate(PENCIL_COLOURS):
+        pc = palette.colour(c)
+        z = hue_diff(hue, pc.hue_deg) / np.hypot(pc.hue_spread_deg, noise)
+        X[:, 5 + j] = np.where(has, np.clip(z, -_evidence._Z_CLIP, _evidence._Z_CLIP), 0.0)
+    X[np.asarray(model.is_line[:R], bool)] = 0.0
+    return X
+
+
+def test_the_ring_columns_are_the_bincounts_of_every_pixel_bit_for_bit(crypts):
+    """evidence_features counts the coloured pixels once by (sector, inner half) and keeps the
+    usable-pixel counts per model: the same bytes as a weighted bincount per count, with the
+    whole frame usable and with part of it outside the photo."""
+    from vision._evidence import ring_pixels
+    t, render, model = crypts
+    image = render.copy()
+    boxes = _area_ids(t, model, "box") or _area_ids(t, model, "symbol")
+    _trace(image, _poly_px(t, boxes[0]), RED)
+    _cross(image, _poly_px(t, boxes[2]), BLUE)
+    _trace(image, _poly_px(t, boxes[3]), (60, 60, 60))
+    light = normalise_light(image, paper_mask=model.paper_mask)
+    th = {"chroma": 12.0, "dark_l": 80.0, "paper_chroma_sd": 1.0}
+    pal = load_palette("default")
+    valid = np.ones(model.shape, bool)
+    valid[: model.shape[0] // 2, : model.shape[1] // 3] = False
+    for v in (None, valid):
+        ring = ring_pixels(light.sample, model, valid=v)
+        got = evidence_features(light.sample, model, th=th, palette=pal, valid=v, pixels=ring)
+        want = _ring_columns_by_bincount(model, ring, th, pal)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    assert np.abs(got).sum() > 0
