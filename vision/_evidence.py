@@ -378,6 +378,7 @@ def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = 
     mb = np.bincount(lc, b[col], R) / np.maximum(nc, 1)
     chroma = np.hypot(ma, mb)
     hue = np.degrees(np.arctan2(mb, ma)) % 360.0
+    # hue noise of a mean of noisy pixels: as vision.marks gives the region's own hue
     c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
     noise = np.degrees(3.0 * c_sd / np.maximum(chroma, 1e-3))
     has = (nc >= SECTOR_MIN_PIXELS) & (chroma > 0)
@@ -434,4 +435,3 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None,
 __all__ = ["EVIDENCE_FEATURES", "RingGeometry", "RingPixels", "X_FEATURES",
            "build_ring_geometry", "evidence_features", "ring_geometry", "ring_pixels",
            "x_features"]
-

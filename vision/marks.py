@@ -1759,7 +1759,7 @@ def _outline_check(readings: dict, regions, ev: np.ndarray, review_threshold: fl
     whatever the outside (Reefs treasures, whose printed ring is coloured). The reading keeps
     its mark; a person looks.
     """
-    if ev is None or not len(ev):
+    if not len(ev):
         return readings
     j_in = EVIDENCE_FEATURES.index("ev_ring_in_arc")
     j_out = EVIDENCE_FEATURES.index("ev_ring_out_arc")
