@@ -48,9 +48,10 @@ import numpy as np
 
 from calibration.template import PENCIL_COLOURS, Region, Template
 from vision._cache import per_model
+from vision import _evidence
 from vision._evidence import (EVIDENCE_FEATURES, X_FEATURES, evidence_features, ring_pixels,
                               x_features)
-from vision._guide import GUIDE_FEATURES, guide_features
+from vision._guide import GUIDE_FEATURES, guide_features, guide_geometry
 from vision._geom_threads import both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette,
                            calibrate_palette_by_gaps, hue_diff,
@@ -771,6 +772,19 @@ def _model_constants(model: SheetModel) -> _ModelConstants:
     (``vision._cache.per_model``: a model dropped from the pipeline's cache takes its
     constants along)."""
     return per_model(model, "constants", _ModelConstants)
+
+
+def prepare(model: SheetModel) -> None:
+    """Build what classifying a photo derives from ``model`` alone (the classifier's
+    constants, the ring evidence's geometry and tables, the guide geometry), so that the
+    first photo of each template does not pay for it (30-55 ms). Kept per model object, as
+    locate's and rectify's ``prepare`` keep theirs per template; ``pipeline.sheet_model`` calls
+    this when it builds a model."""
+    _model_constants(model)
+    _evidence.ring_geometry(model)
+    _evidence._x_ring(model)
+    _evidence._ring_counts(model)
+    guide_geometry(model)
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,

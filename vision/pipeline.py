@@ -150,15 +150,10 @@ def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
             from vision import locate, rectify
             locate.prepare(template)
             rectify.prepare(template, dpi=dpi)
-            # and what classify builds from the model alone on its first photo (the
-            # classifier's constants, the ring and guide geometry: 30-55 ms a template,
-            # which the first photo of each template paid in its classify stage)
-            from vision import _evidence, _guide, marks
-            marks._model_constants(m)
-            _evidence.ring_geometry(m)
-            _evidence._x_ring(m)
-            _evidence._ring_counts(m)
-            _guide.guide_geometry(m)
+            # and what classify builds from the model alone (30-55 ms a template, which the
+            # first photo of each template paid in its classify stage)
+            from vision import marks
+            marks.prepare(m)
             _models[key] = m
         return m
 
