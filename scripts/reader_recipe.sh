@@ -7,6 +7,7 @@
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
 #   KEEP_PHOTOS=1 scripts/reader_recipe.sh corpora WORK   # keep the training corpora's photos too
 #   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
+#   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # the shipped reader-v11's recipe (below)
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -77,14 +78,22 @@ CALIB_CROSS=(  # calibration only (dev seeds): many crossings-out, for the cross
   "xcal96000 96000 300 varied --cross-rate 0.3"
 )
 WEIGHTS=("cross70000=0.4" "cross89000=0.4")
+# RECIPE=v11 (session 22, the shipped reader): reader-v8's corpora and fit, its datasets read
+# with the light stage's tone correction (reader_dataset.py --tone on; the fit records it and
+# the pipeline then reads with it) and its 96 columns (the ring and open columns left out).
+# TONE=on|off overrides the datasets' tone correction for any recipe.
 case ${RECIPE:-v10} in
   v10) ;;
+  v11)
+    TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
+    CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
+    TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;
   v9) CALIB=("${CALIB_V9[@]}" "${CALIB[@]}"); CALIB_CROSS=() ;;
   v8)  # reader-v8's own recipe (its model file's `training`): the baseline a new fit is set
        # against when both are fitted on datasets rebuilt with the same code
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default), v9 or v8" >&2; exit 2 ;;
+  *) echo "RECIPE is v10 (the default), v11, v9 or v8" >&2; exit 2 ;;
 esac
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -104,7 +113,7 @@ make_one() {  # WORK keep_photos want_dataset name seed count painter [options..
   run rm -rf "$corp"
   run mv "$corp.partial" "$corp"
   if [ "$want" = 1 ]; then
-    run "$PY" "$ROOT/scripts/reader_dataset.py" "$corp" --out "$data"
+    run "$PY" "$ROOT/scripts/reader_dataset.py" "$corp" --out "$data" ${TONE:+--tone "$TONE"}
     if [ "$keep" = 0 ] && [ -z "${KEEP_PHOTOS:-}" ]; then run rm -rf "$corp"; fi
   fi
 }
