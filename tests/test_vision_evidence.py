@@ -226,7 +226,7 @@ def test_the_ring_and_x_columns_read_one_sampling_of_the_ring(crypts):
 
 
 def test_the_x_columns_read_from_their_zones_alone_give_the_same_values(crypts):
-    """A model that reads the X columns and not the ring columns (reader-v8) samples only the
+    """A model that reads the X columns and not the ring columns (reader-v8, reader-v11) samples only the
     ring pixels on the zones (ring_pixels(x_only=True)): the same X columns as from the whole
     ring, with part of the frame outside the photo too; the ring columns refuse such pixels."""
     from vision._evidence import ring_geometry, ring_pixels, x_features

@@ -253,7 +253,8 @@ def test_the_reading_says_which_readers_decided():
     both = read_photo(photo).to_json()["details"]["reader"]
     assert both["readers"] == ["hand", "learned"] and both["model"] == default_model().meta["id"]
     assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
-    assert both["second_opinions"] == ["reader-v8.2", "reader-v8.3"]
+    assert both["second_opinions"] == [m.meta["id"] for m in default_model().committee]
+    assert both["second_opinions"] == ["reader-v11.2", "reader-v11.3"]
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 
@@ -395,19 +396,24 @@ def test_reader_v7_loads_and_reproduces_its_training_probabilities():
     assert len(set(want.argmax(axis=1))) >= 4
 
 
-def test_the_default_reader_v8_is_three_fits_of_one_recipe():
-    """reader-v8 (the default since session 11, docs/EVALUATION.md): a committee — the model
+def test_the_default_reader_v11_is_three_fits_of_one_recipe():
+    """reader-v11 (the default since session 22, docs/EVALUATION.md): reader-v8's recipe
+    refitted on colours read with the light stage's tone correction — a committee, the model
     that reads plus two second opinions fitted by the same command on the same datasets with
     other splits of the training photos; it reads the guide and X columns, not the ring's; each
     member's JSON trees give scikit-learn's probabilities on its own check rows' model (the
-    first), and each keeps reader-v7's kind of rule (tiers; written and crossed only in them)."""
+    first), each keeps reader-v7's kind of rule (tiers; written and crossed only in them), and
+    every member was trained on tone-corrected colours, so photos are read with them."""
+    from vision.light import tone_correction_for
     from vision._evidence import X_FEATURES
     from vision._guide import GUIDE_FEATURES
-    assert DEFAULT_MODEL.name == "reader-v8.json"
+    assert DEFAULT_MODEL.name == "reader-v11.json"
     doc = json.loads(DEFAULT_MODEL.read_text())
     model = default_model()
-    assert doc["format"] == COMMITTEE_FORMAT and model.meta["id"] == "reader-v8"
-    assert [m.meta["id"] for m in model.committee] == ["reader-v8.2", "reader-v8.3"]
+    assert doc["format"] == COMMITTEE_FORMAT and model.meta["id"] == "reader-v11"
+    assert [m.meta["id"] for m in model.committee] == ["reader-v11.2", "reader-v11.3"]
+    assert tone_correction_for(model)
+    assert all(m.meta["training"]["light_tone_correction"] for m in (model,) + model.committee)
     assert len({doc["fit"]} | {m["fit"] for m in doc["committee"]}) == 3
     members = (model,) + model.committee
     assert len({m.meta["training"]["split_seed"] for m in members}) == 3

@@ -193,7 +193,7 @@ def test_class_sums_of_random_trees_are_the_row_major_sums(monkeypatch, depths, 
 
 
 def test_the_committee_scores_real_rows_as_before(captured):
-    """reader-v8 and its two members on a sample photo's own feature rows (and the same rows
+    """the default reader and its two members on a sample photo's own feature rows (and the same rows
     with features put on and just above thresholds): raw scores and probabilities bit for bit
     as the row-major sums gave them, and any subset of the rows as the rows in the whole."""
     import vision.learned as L
@@ -411,7 +411,7 @@ def test_guide_pixels_kept_whole_are_the_masked_ones(captured):
 def test_distinct_splits_give_every_node_its_own_comparison(captured, monkeypatch):
     """Every node's split is its distinct split's (feature and float32 threshold, bit for bit),
     and the leaves reached are those of comparing node by node: on a sample photo's rows
-    (and rows put on and just above thresholds) for reader-v8 and both members, and on
+    (and rows put on and just above thresholds) for the default reader and both members, and on
     random trees with 8- to 32-bit masks."""
     import vision.learned as L
     from test_vision_learned import _random_trees

@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v8.json``, trained by ``scripts/train_reader.py`` and
+The model (``calibration/models/reader-v11.json``, trained by ``scripts/train_reader.py`` and
 packed by ``scripts/pack_committee.py``; earlier ones ship beside it for comparison,
 docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
@@ -49,7 +49,13 @@ THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: its second opinions (:func:`second_opinions`): more readings right and fewer flagged than
 #: reader-v7, and no confident error on 9 validation corpora where each fit alone had 2-8
 #: (docs/EVALUATION.md, session 11). reader-v7 ships beside it for comparison.
-DEFAULT_MODEL = MODEL_DIR / "reader-v8.json"
+#: reader-v11 (session 22): reader-v8's recipe on its corpora made again with session 21's
+#: simulator, read with the light stage's tone correction (vision.light: per-channel exponents
+#: that make the black print colourless), so photos are read with it too
+#: (vision.light.tone_correction_for): on the four validation corpora as accurate as reader-v8,
+#: fewer regions flagged and no confident error (docs/EVALUATION.md, session 22). reader-v8
+#: ships beside it for comparison.
+DEFAULT_MODEL = MODEL_DIR / "reader-v11.json"
 
 
 class ReaderModelError(SheetcheckError):

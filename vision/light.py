@@ -343,6 +343,8 @@ def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
 #: each of 15 corpora (hard photos 0.45-1.35), but a refit on corrected rows (reader-v7's trees'
 #: recipe, seed 0) read about as accurately as the baseline refit (hard +0.2 points), flagged
 #: fewer regions and made 2 confident errors on validation corpora where the baseline made none.
+#: The bundled reader-v11 (session 22) was trained on corrected rows, so the default read has
+#: the correction on; this switch stays off for the hand reader alone, as it was measured.
 TONE_CORRECTION = False
 #: Black print in the clean render: every channel below this (0-255) and a chroma below
 #: ``_PRINT_CHROMA``. Pencil overshoots its region: print closer than ``_PRINT_CLEAR_MM`` to a
