@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from train_reader import doubt_per_row, hand_conf, rule_outcome  # noqa: E402
+from train_reader import doubt_per_row, hand_conf, rule_outcome, tone_of  # noqa: E402
 from vision.learned import load_model  # noqa: E402
+from vision.light import tone_correction_for  # noqa: E402
 from vision.marks import MARKS  # noqa: E402
 
 
@@ -93,8 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'dataset':24s} {'regions':>7s} {'accuracy':>10s} {'flagged':>8s} {'CE':>4s} "
           f"{'e+t fl.':>8s} {'e+t sheets clear':>16s} {'crossed flagged':>15s}")
     out, total = {}, {}
+    want = tone_correction_for(model)
     for path in args.datasets:
         d = dict(np.load(path, allow_pickle=False))
+        if tone_of(d) != want:
+            # the rows' colours were read in another light than the model reads in: its
+            # verdicts on them are not the reader's (reader-v11 reads with the tone correction)
+            print(f"error: {path} was read with the tone correction {'on' if tone_of(d) else 'off'}, "
+                  f"but {Path(args.model).name} reads with it {'on' if want else 'off'}.\n"
+                  f"Build the dataset again: scripts/reader_dataset.py FOLDER --out X.npz "
+                  f"--tone {'on' if want else 'off'}", file=sys.stderr)
+            return 2
         s = summary(d, *verdicts(model, d))
         out[Path(path).stem] = s
         total = {k: total.get(k, 0) + v for k, v in s.items()}

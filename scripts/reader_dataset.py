@@ -106,7 +106,12 @@ def photo_rows(job: tuple[str, str]) -> dict:
             "hand": np.asarray(hand, np.int16), "photo_conf": pc}
 
 
-def _init_worker():
+def _init_worker(tone: bool):
+    import vision.light
+
+    # each worker reads with the dataset's tone correction (set here rather than in the parent
+    # before forking: the caller's setting is left as it was, and any start method works)
+    vision.light.TONE_CORRECTION = tone
     try:
         os.nice(5)  # other work on the machine comes first
     except OSError:
@@ -127,16 +132,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import vision.light
 
-    if args.tone != "default":
-        # set before the workers are forked, so that they read with it
-        vision.light.TONE_CORRECTION = args.tone == "on"
-    tone = bool(vision.light.TONE_CORRECTION)
+    tone = bool(vision.light.TONE_CORRECTION) if args.tone == "default" else args.tone == "on"
     jobs = []
     for d in args.folders:
         jobs += [(str(p), str(t)) for p, t in find_pairs(d)]
     t0 = time.time()
     results = []
-    with Pool(args.workers, initializer=_init_worker) as pool:
+    with Pool(args.workers, initializer=_init_worker, initargs=(tone,)) as pool:
         for k, res in enumerate(pool.imap(photo_rows, jobs, chunksize=2)):
             results.append(res)
             if (k + 1) % 20 == 0 or k + 1 == len(jobs):

@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import committee_check  # noqa: E402
 import reader_dataset  # noqa: E402
 from vision.learned import DEFAULT_MODEL, default_model  # noqa: E402
+from vision.light import tone_correction_for  # noqa: E402
 from vision.marks import MARKS  # noqa: E402
 from vision.pipeline import read_photo  # noqa: E402
 
@@ -27,7 +28,12 @@ def test_verdicts_from_dataset_rows_are_the_readers_own(tmp_path):
         for ext in (".jpg", ".truth.json"):
             shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", corpus / f"{stem}{ext}")
     npz = tmp_path / "rows.npz"
-    assert reader_dataset.main([str(corpus), "--out", str(npz), "--workers", "1"]) == 0
+    # (the rows read in the light the bundled reader reads in: reader-v11 with the tone correction)
+    tone = "on" if tone_correction_for(default_model()) else "off"
+    import vision.light
+    switch = vision.light.TONE_CORRECTION
+    assert reader_dataset.main([str(corpus), "--out", str(npz), "--workers", "1", "--tone", tone]) == 0
+    assert vision.light.TONE_CORRECTION is switch  # (the caller's setting left as it was)
     d = dict(np.load(npz, allow_pickle=False))
     assert len(d["photos"]) == len(SAMPLES)
 
@@ -51,3 +57,7 @@ def test_verdicts_from_dataset_rows_are_the_readers_own(tmp_path):
     out = tmp_path / "check.json"
     assert committee_check.main([str(DEFAULT_MODEL), str(npz), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["all"]["flagged"] == flagged
+    # a dataset read in another light is refused, not judged
+    other = tmp_path / "other.npz"
+    np.savez(other, **{**d, "tone_correction": np.bool_(tone != "on")})
+    assert committee_check.main([str(DEFAULT_MODEL), str(other)]) == 2
