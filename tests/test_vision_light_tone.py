@@ -135,11 +135,13 @@ def test_the_reader_in_use_decides_the_tone_correction(tmp_path, monkeypatch):
     import json
 
     import vision.pipeline as pipeline
-    from vision.learned import DEFAULT_MODEL, load_model
+    from vision.learned import DEFAULT_MODEL, MODEL_DIR, load_model
     from vision.light import tone_correction_for
 
-    v7 = load_model(DEFAULT_MODEL)
-    doc = json.loads(DEFAULT_MODEL.read_text())
+    assert tone_correction_for(load_model(DEFAULT_MODEL)) is True  # reader-v11, since session 22
+    untoned = MODEL_DIR / "reader-v8.json"  # trained without the correction
+    v7 = load_model(untoned)
+    doc = json.loads(untoned.read_text())
     doc["training"]["light_tone_correction"] = True
     path = tmp_path / "reader-tone.json"
     path.write_text(json.dumps(doc))
