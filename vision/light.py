@@ -17,7 +17,8 @@ in every darker colour: black print under warm light comes out red (linear (0.06
 colourless (:attr:`NormalisedLight.tone`; paper, 1, stays 1). The exponents are measured on the
 photo's own print, never assumed from a camera model; they are bounded, and left at 1 where the
 print is too little, washed out or clipped to measure. A learned reader gets it only if it
-was trained with it (:func:`tone_correction_for`); the shipped reader was not.
+was trained with it (:func:`tone_correction_for`); the shipped reader-v11 (session 22) was,
+so a default read has it on.
 """
 
 from __future__ import annotations
