@@ -93,16 +93,21 @@ def test_sheet_model_is_built_once_per_template_and_dpi():
 def test_a_built_model_holds_what_classify_derives_from_it(easy_crypts):
     # sheet_model builds, with the model, what classify would otherwise build on the first
     # photo of each template: reading a photo then adds nothing to the per-model cache
-    from vision import _cache
+    from vision import _cache, light
     from vision.pipeline import READ_DPI, _models
 
     t, _, photo = easy_crypts
     _models.pop((t.id, t.version, t.source, float(READ_DPI)), None)
+    for key in [k for k in light._print if k[0] == t.id]:
+        light._print.pop(key)
     m = sheet_model(t)
     built = {what for (mid, what) in _cache._store if mid == id(m)}
     assert {"constants"} < built and len(built) >= 4
+    prints = set(light._print)  # the tone correction's print sample, built with the model
+    assert any(k[0] == t.id for k in prints)
     read_photo(photo.jpeg)
     assert {what for (mid, what) in _cache._store if mid == id(m)} == built
+    assert set(light._print) == prints
 @pytest.fixture
 def cv2_threads(monkeypatch):
     """OpenCV's thread count, restored after the test; the machine taken as having an idle core
