@@ -312,6 +312,15 @@ def _build_ring_counts(model) -> _RingCounts:
     return out
 
 
+def prepare(model) -> None:
+    """Build what the ring and X columns derive from ``model`` alone (the ring geometry, the X
+    zones' pixels and keys, the ring columns' counts), kept per model object; called by
+    ``vision.marks.prepare`` when the pipeline builds a sheet model."""
+    ring_geometry(model)
+    _x_ring(model)
+    _ring_counts(model)
+
+
 def evidence_features(sample, model, *, th, palette, valid: np.ndarray | None = None,
                       pixels: RingPixels | None = None) -> np.ndarray:
     """The ring columns (``EVIDENCE_FEATURES``) of one photo.
@@ -433,5 +442,5 @@ def x_features(sample, model, *, th, valid: np.ndarray | None = None,
 
 
 __all__ = ["EVIDENCE_FEATURES", "RingGeometry", "RingPixels", "X_FEATURES",
-           "build_ring_geometry", "evidence_features", "ring_geometry", "ring_pixels",
+           "build_ring_geometry", "evidence_features", "prepare", "ring_geometry", "ring_pixels",
            "x_features"]

@@ -781,9 +781,7 @@ def prepare(model: SheetModel) -> None:
     locate's and rectify's ``prepare`` keep theirs per template; ``pipeline.sheet_model`` calls
     this when it builds a model."""
     _model_constants(model)
-    _evidence.ring_geometry(model)
-    _evidence._x_ring(model)
-    _evidence._ring_counts(model)
+    _evidence.prepare(model)
     guide_geometry(model)
 
 
