@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from train_reader import doubt_per_row, hand_conf, rule_outcome, tone_of  # noqa: E402
-from vision.learned import load_model  # noqa: E402
+from vision.learned import committee_proba, load_model  # noqa: E402
 from vision.light import tone_correction_for  # noqa: E402
 from vision.marks import MARKS  # noqa: E402
 
@@ -47,6 +47,14 @@ def verdicts(model, d) -> tuple[np.ndarray, np.ndarray]:
     # is 0.89999998 there; seven decimals give the reader's value back)
     c_h = hand_conf(d).astype(np.float64).round(7)
     p0 = model.predict_proba(X, allowed=allowed)
+    if model.combine == "mean":
+        # (a format-3 committee: one rule on the members' mean, every member the same mark)
+        p, marks = committee_proba([p0] + [m.predict_proba(X, allowed=allowed)
+                                           for m in model.committee])
+        m = p.argmax(axis=1)
+        doubt = doubt_per_row(p, d["photo"])
+        sure, _ = rule_outcome(model.rule, p, m, mark_h, c_h, pconf, y, doubt, kind)
+        return sure & np.all(marks == m, axis=0), m
     m0 = p0.argmax(axis=1)
     doubt = doubt_per_row(p0, d["photo"])
     sure, _ = rule_outcome(model.rule, p0, m0, mark_h, c_h, pconf, y, doubt, kind)

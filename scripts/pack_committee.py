@@ -9,6 +9,17 @@ first model's check rows (``.check.json`` beside it) are copied beside the outpu
 
     scripts/pack_committee.py --id reader-v8 --out calibration/models/reader-v8.json \\
         fits/reader-s0.json fits/reader-s1.json fits/reader-s2.json
+
+With ``--combine mean --calib DATASETS`` the committee reads as one instead (a
+``sheetcheck.reader-model/3`` document, ``vision.learned.committee_proba``): the members'
+probabilities averaged, and one rule chosen on those averages over the calibration datasets
+(``scripts/reader_dataset.py`` rows that no member was fitted on: spent measurement corpora of
+a training painter) by ``scripts/train_reader.py``'s own search (the same grid, ``--margin``,
+per-mark thresholds, ``--tiers`` and ``--tier-only`` marks); a region the members read as
+different marks is never confident::
+
+    scripts/pack_committee.py --id reader-v12 --out calibration/models/reader-v12.json \
+        --combine mean --calib WORK/data/target.npz [--calib ...] fits/tone-s{0,1,2}.json
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sheetcheck.errors import SheetcheckError  # noqa: E402
 from sheetcheck.files import read_json_file  # noqa: E402
-from vision.learned import COMMITTEE_FORMAT, MODEL_FORMAT, ReaderModelError, model_from_dict  # noqa: E402
+from vision.learned import (COMMITTEE_FORMAT, MEAN_FORMAT, MODEL_FORMAT, ReaderModelError,  # noqa: E402
+                            committee_proba, model_from_dict)
 
 
 def pack(docs: list[dict], *, model_id: str) -> dict:
@@ -44,15 +56,100 @@ def pack(docs: list[dict], *, model_id: str) -> dict:
     return out
 
 
+def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[float],
+              tier_only: list[str], photo_gate: float):
+    """The rule of a committee that reads as one (``--combine mean``), chosen on the members'
+    averaged probabilities over the ``calib`` datasets, and what it was chosen on."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import train_reader as tr
+    from vision.light import tone_correction_for
+
+    members = [model_from_dict(d, source=f"model {k + 1}") for k, d in enumerate(docs)]
+    want = {tone_correction_for(m) for m in members}
+    if len(want) > 1:
+        raise ReaderModelError("the models were fitted on rows read in different light (the "
+                               "tone correction on for some, off for others).")
+    rows = {k: [] for k in ("p", "hand", "c_h", "pconf", "y", "doubt", "kind")}
+    for path in calib:
+        d = tr.load_sets([path], calib_only=True)  # (only spent seeds of a training painter)
+        if d["tone_correction"] not in want:
+            raise ReaderModelError(f"{path} was read with the tone correction "
+                                   f"{'on' if d['tone_correction'] else 'off'}, unlike the models.",
+                                   hint="Build it again with scripts/reader_dataset.py --tone.")
+        p, marks = committee_proba([m.predict_proba(d["X"], allowed=d["allowed"]) for m in members])
+        agree = np.all(marks == marks[0], axis=0)
+        rows["p"].append(p)
+        # (a region the members read as different marks is never confident: no hand mark
+        # matches it)
+        rows["hand"].append(np.where(agree, d["hand_mark"], -1))
+        # (seven decimals: the reader's hand confidence, as committee_check reads it)
+        rows["c_h"].append(tr.hand_conf(d).astype(np.float64).round(7))
+        rows["pconf"].append(d["photo_conf"])
+        rows["y"].append(d["y"].astype(int))
+        rows["doubt"].append(tr.doubt_per_row(p, d["photo"]))
+        rows["kind"].append(d["kind"])
+    cat = {k: np.concatenate(v) for k, v in rows.items()}
+    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    rule, how = tr.choose_rule(*args, margin=margin, photo_gate=photo_gate)
+    rule, how["by_mark"] = tr.choose_by_mark(rule, *args, margin=margin)
+    if tier_only:
+        rule = tr.tier_only(rule, tier_only)
+    if tiers:
+        rule, how["tiers"] = tr.choose_tiers(rule, *args, cat["kind"], bounds=tiers, margin=margin)
+    sure, ok = tr.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), cat["hand"], cat["c_h"],
+                               cat["pconf"], cat["y"], cat["doubt"], cat["kind"])
+    if np.any(sure & ~ok):
+        raise SystemExit("mean_rule: a confident error on the rows the rule was chosen on (a bug)")
+    import hashlib
+
+    # (as train_reader records its --calib datasets: path and the start of the file's sha256)
+    info = {"calibration": [{"path": str(c), "sha256_16": hashlib.sha256(Path(c).read_bytes()).hexdigest()[:16]}
+                            for c in calib],
+            "rows": int(len(cat["y"])),
+            "confident": int(sure.sum()), "margin": margin, "tiers": tiers,
+            "tier_only": tier_only, "photo_gate": photo_gate}
+    return rule, info
+
+
+def pack_mean(docs: list[dict], *, model_id: str, rule, info: dict) -> dict:
+    """One format-3 document: :func:`pack`'s, reading as one committee by ``rule``."""
+    out = {**pack(docs, model_id=model_id), "format": MEAN_FORMAT, "combine": "mean",
+           "decision": rule.to_dict(), "mean_rule": info}
+    model_from_dict(out, source=model_id)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", help="model files (train_reader.py --out); the first decides")
     ap.add_argument("--out", required=True, help="the committee's model file")
     ap.add_argument("--id", required=True, help="its id (e.g. reader-v8)")
+    ap.add_argument("--combine", choices=("second_opinions", "mean"), default="second_opinions",
+                    help="second_opinions (format 2, the default) or mean (format 3: one rule "
+                         "on the members' averaged probabilities, chosen on --calib)")
+    ap.add_argument("--calib", action="append", default=[],
+                    help="with --combine mean: a dataset the rule is chosen on (repeat it)")
+    ap.add_argument("--margin", type=float, default=1.5)
+    ap.add_argument("--tiers", default="0,0.015,0.03")
+    ap.add_argument("--tier-only", default="written,crossed")
+    ap.add_argument("--photo-gate", type=float, default=0.5)
     args = ap.parse_args(argv)
+    if args.combine == "mean" and not args.calib:
+        ap.error("--combine mean needs --calib datasets to choose its rule on")
     try:
         docs = [read_json_file(m, what="reader model", error=ReaderModelError) for m in args.models]
-        doc = pack(docs, model_id=args.id)
+        if args.combine == "mean":
+            pack(docs, model_id=args.id)  # (the members checked first)
+            rule, info = mean_rule(
+                docs, args.calib, margin=args.margin,
+                tiers=[float(b) for b in args.tiers.split(",") if b.strip()],
+                tier_only=[m for m in args.tier_only.split(",") if m.strip()],
+                photo_gate=args.photo_gate)
+            doc = pack_mean(docs, model_id=args.id, rule=rule, info=info)
+        else:
+            doc = pack(docs, model_id=args.id)
     except SheetcheckError as e:
         print(f"error: {e.message}" + (f"\n{e.hint}" if e.hint else ""), file=sys.stderr)
         return 2
@@ -63,8 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         c = json.loads(check.read_text())
         c["model"] = out.name
         out.with_suffix(".check.json").write_text(json.dumps(c) + "\n")
-    print(f"wrote {out} ({out.stat().st_size // 1024} KB): {args.models[0]} with "
-          f"{len(docs) - 1} second opinion(s)")
+    if args.combine == "mean":
+        print(f"wrote {out} ({out.stat().st_size // 1024} KB): {len(docs)} models read as one, "
+              f"the rule chosen on {doc['mean_rule']['rows']} rows "
+              f"({doc['mean_rule']['confident']} confident)")
+    else:
+        print(f"wrote {out} ({out.stat().st_size // 1024} KB): {args.models[0]} with "
+              f"{len(docs) - 1} second opinion(s)")
     return 0
 
 

@@ -7,7 +7,9 @@
 #   DRY_RUN=1 scripts/reader_recipe.sh ...         # print the commands instead of running them
 #   KEEP_PHOTOS=1 scripts/reader_recipe.sh corpora WORK   # keep the training corpora's photos too
 #   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
-#   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # the shipped reader-v11's recipe (below)
+#   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # reader-v11's recipe (below)
+#   scripts/reader_recipe.sh pack WORK TAG ID OUT  # the fits TAG-s0,1,2 packed as one model file
+#   RECIPE=v12 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v12 (below)
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -82,9 +84,14 @@ WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 # with the light stage's tone correction (reader_dataset.py --tone on; the fit records it and
 # the pipeline then reads with it) and its 96 columns (the ring and open columns left out).
 # TONE=on|off overrides the datasets' tone correction for any recipe.
+# RECIPE=v12 (session 23, the shipped reader): reader-v11's corpora and fits, packed to read as
+# one committee (`pack`: pack_committee.py --combine mean, its rule chosen on the members'
+# averaged probabilities over the fit's --calib datasets).
+COMBINE=second_opinions
 case ${RECIPE:-v10} in
   v10) ;;
-  v11)
+  v11|v12)
+    [ "${RECIPE}" = v12 ] && COMBINE=mean
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
     TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;
@@ -93,7 +100,7 @@ case ${RECIPE:-v10} in
        # against when both are fitted on datasets rebuilt with the same code
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default), v11, v9 or v8" >&2; exit 2 ;;
+  *) echo "RECIPE is v10 (the default), v12, v11, v9 or v8" >&2; exit 2 ;;
 esac
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -118,7 +125,7 @@ make_one() {  # WORK keep_photos want_dataset name seed count painter [options..
   fi
 }
 
-usage() { sed -n '2,7p' "$0" >&2; exit 2; }
+usage() { sed -n '2,12p' "$0" >&2; exit 2; }
 
 cmd=${1:-}; [ $# -ge 2 ] || usage
 WORK=$2
@@ -146,6 +153,17 @@ case $cmd in
       --by-mark --tiers 0,0.015,0.03 --tier-only written,crossed --seed "$SEED" \
       --drop "${DROP:-ev_ring_*}" --dump "$WORK/fits/rule_rows_${TAG}_s$SEED.npz" \
       --out "$WORK/fits/$TAG-s$SEED.json"
+    ;;
+  pack)  # WORK TAG ID OUT: the three fits of `fit` (seeds 0, 1, 2) as one model file
+    [ $# -ge 5 ] || usage
+    TAG=$3; ID=$4; OUT=$5
+    args=(--id "$ID" --out "$OUT")
+    if [ "$COMBINE" = mean ]; then
+      args+=(--combine mean)
+      for n in $(names "${CALIB[@]}" "${CALIB_CROSS[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
+    fi
+    run "$PY" "$ROOT/scripts/pack_committee.py" "${args[@]}" \
+      "$WORK/fits/$TAG-s0.json" "$WORK/fits/$TAG-s1.json" "$WORK/fits/$TAG-s2.json"
     ;;
   validate)
     [ $# -ge 4 ] || usage

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from vision.learned import COMMITTEE_FORMAT, MODEL_DIR, MODEL_FORMAT, load_model
 
@@ -49,3 +50,59 @@ def test_pack_refuses_one_model_and_a_committee_of_committees(tmp_path, capsys):
     assert pack.main([str(out), str(v7), "--id", "y", "--out", str(tmp_path / "d.json")]) == 2
     assert f"model 1 is not a {MODEL_FORMAT!r} document" in capsys.readouterr().err
     assert not (tmp_path / "d.json").exists()
+
+
+def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, capsys):
+    """--combine mean: one rule chosen on the members' averaged probabilities over the
+    calibration rows; loaded, the reader's verdicts on a photo are the dataset's."""
+    import shutil
+    import sys
+
+    from vision.learned import MEAN_FORMAT
+    from vision.marks import MARKS
+    from vision.pipeline import read_photo
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import committee_check
+    import reader_dataset
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for stem in ("crypts-1-easy-s1", "reefs-1-typical-s8", "crypts-2-typical-s2"):
+        for ext in (".jpg", ".truth.json"):
+            shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", photos)
+    rows = tmp_path / "calib.npz"
+    assert reader_dataset.main([str(photos), "--out", str(rows), "--workers", "1",
+                                "--tone", "off"]) == 0
+    pack = _script()
+    v5, v7 = MODEL_DIR / "reader-v5.json", MODEL_DIR / "reader-v7.json"
+    out = tmp_path / "one.json"
+    assert pack.main([str(v7), str(v5), "--id", "reader-m", "--out", str(out),
+                      "--combine", "mean", "--calib", str(rows)]) == 0
+    assert "2 models read as one" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    d = dict(np.load(rows))
+    assert doc["format"] == MEAN_FORMAT and doc["combine"] == "mean"
+    assert doc["mean_rule"]["rows"] == len(d["y"])
+    assert [c["path"] for c in doc["mean_rule"]["calibration"]] == [str(rows)]
+    model = load_model(out)
+    assert model.combine == "mean" and model.rule != load_model(v7).rule
+    sure, mark = committee_check.verdicts(model, d)
+    assert sure.sum() > 0.3 * len(sure), "the rule makes readings confident"
+    assert not np.any(sure & (mark != d["y"])), "no confident error on the rows it was chosen on"
+    # the reader on one of the photos: every reading it is sure of, the dataset is sure of too
+    # and reads alike (the reader flags more only by checks the rows do not hold)
+    k = 0
+    reading = read_photo(d["photos"][k], learned=model)
+    rows_k = np.flatnonzero(d["photo"] == k)
+    agree = 0
+    for i in rows_k:
+        rd = reading.readings[str(d["region"][i])]
+        assert rd.mark == MARKS[mark[i]]
+        if not rd.review:
+            assert sure[i], rd
+        agree += (not rd.review) == bool(sure[i])
+    assert agree >= 0.95 * len(rows_k)
+    with pytest.raises(SystemExit):
+        pack.main([str(v7), str(v5), "--id", "x", "--out", str(tmp_path / "x.json"),
+                   "--combine", "mean"])  # (no --calib)

@@ -18,8 +18,8 @@ from vision.marks import EVIDENCE_FEATURES, FEATURE_NAMES, MARKS, RegionReading
 def model_doc():
     """The default model's own document (format 1: without its committee)."""
     doc = json.loads(DEFAULT_MODEL.read_text())
-    doc.pop("committee", None)
-    doc.pop("fit", None)
+    for k in ("committee", "fit", "combine", "mean_rule"):
+        doc.pop(k, None)
     doc["format"] = MODEL_FORMAT
     return doc
 
@@ -255,6 +255,7 @@ def test_the_reading_says_which_readers_decided():
     assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
     assert both["second_opinions"] == [m.meta["id"] for m in default_model().committee]
     assert both["second_opinions"] == ["reader-v11.2", "reader-v11.3"]
+    assert both["combine"] == "second_opinions"
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 
@@ -446,7 +447,7 @@ def test_damaged_committees_are_clear_errors(model_doc):
         model_from_dict(_committee_doc(model_doc, twin, hot, {"format": "x"}))
     with pytest.raises(ReaderModelError, match=r"committee: expected a non-empty list"):
         model_from_dict(_committee_doc(model_doc))
-    with pytest.raises(ReaderModelError, match=r"committee: only a 'sheetcheck.reader-model/2' model"):
+    with pytest.raises(ReaderModelError, match=r"committee: only a 'sheetcheck.reader-model/2' or 'sheetcheck.reader-model/3' model"):
         model_from_dict({**model_doc, "committee": [twin]})
     # a member may read only columns the first model reads (the reader measures those)
     g = model_doc["gbdt"]
@@ -534,3 +535,47 @@ def test_the_committees_verdicts_are_combine_alls(model_doc):
             assert (~sure).tolist() == [w.review for w in want]
             if probs is real and doubt == 0.0 and pconf == 1.0:
                 assert 0 < sure.sum() < len(sure)
+
+
+def test_a_committee_read_as_one_averages_its_members_and_names_each_ones_mark():
+    from vision.learned import committee_proba
+    a = np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [np.nan] * 3])
+    b = np.array([[0.6, 0.3, 0.1], [0.1, 0.3, 0.6], [np.nan] * 3])
+    c = np.array([[0.5, 0.4, 0.1], [0.3, 0.4, 0.3], [np.nan] * 3])
+    p, marks = committee_proba([a, b, c])
+    np.testing.assert_allclose(p[:2], (a[:2] + b[:2] + c[:2]) / 3)
+    assert np.isnan(p[2]).all()  # (a region no class fits stays so)
+    assert marks.shape == (3, 3)
+    assert marks[:, 0].tolist() == [0, 0, 0] and marks[:, 1].tolist() == [1, 2, 1]
+
+
+def test_a_confident_reading_some_member_reads_otherwise_is_flagged():
+    from vision.learned import committee_disagreements
+    from vision.marks import MARKS, RegionReading
+    classes = list(MARKS)
+    rd = [RegionReading(f"r{i}", "box", "red", 0.995, False, (("red", 0.995),), {}, "")
+          for i in range(3)]
+    rd[2] = RegionReading("r2", "box", "red", 0.6, True, (("red", 0.6),), {}, "low confidence")
+    red, purple = classes.index("red"), classes.index("purple")
+    marks = np.array([[red, red, red], [red, purple, purple]])
+    probs = [np.full((3, len(classes)), 0.1), np.full((3, len(classes)), 0.1)]
+    probs[1][1, purple] = 0.55
+    out = committee_disagreements(rd, marks, probs, ["m1", "m2"], classes=classes,
+                                  review_threshold=0.97)
+    assert out[0] == rd[0]  # every member names red: kept
+    assert out[1].review and out[1].mark == "red" and out[1].confidence < 0.97
+    assert out[1].reason == "committee disagrees (m2: purple 0.5500)"
+    assert out[2] == rd[2]  # already flagged: its own reason kept
+
+
+def test_only_a_format_3_model_says_how_its_committee_combines():
+    import json as _json
+    from vision.learned import MEAN_FORMAT, MODEL_DIR
+    doc = _json.loads((MODEL_DIR / "reader-v11.json").read_text())
+    with pytest.raises(ReaderModelError, match="only a 'sheetcheck.reader-model/3' model may say"):
+        model_from_dict({**doc, "combine": "mean"})
+    with pytest.raises(ReaderModelError, match="must say \"mean\""):
+        model_from_dict({**doc, "format": MEAN_FORMAT})
+    model = model_from_dict({**doc, "format": MEAN_FORMAT, "combine": "mean"})
+    assert model.combine == "mean" and len(model.committee) == 2
+    assert load_model(MODEL_DIR / "reader-v11.json").combine == "second_opinions"

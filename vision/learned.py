@@ -14,6 +14,11 @@ the hand reader and the learned reader name the same mark and both are sure enou
 thresholds chosen on a calibration split the model never trained on (stored in the model file,
 ``decision``). The reported confidence is the learned reader's probability for the mark,
 temperature-scaled on that split, so that it can be read as a probability.
+
+A model file may carry a committee: other fits of the same recipe. Either each is a second
+opinion with its own rule (:func:`second_opinions`, format 2, reader-v8 and reader-v11), or,
+since reader-v12, the committee reads as one (:func:`committee_proba`, format 3): the rule
+judges the members' averaged probabilities, and every member must name the same mark.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ MODEL_FORMAT = "sheetcheck.reader-model/1"
 #: ``committee``, a list of whole format-1 model documents. Older readers refuse it (they
 #: would read it without the second opinions, confidently where it would not be).
 COMMITTEE_FORMAT = "sheetcheck.reader-model/2"
+#: A model file whose committee reads as one (:func:`committee_proba`): the format-2 document,
+#: its ``decision`` chosen on the members' averaged probabilities (``scripts/pack_committee.py
+#: --combine mean``), and ``"combine": "mean"``. A reading is confident when the averaged
+#: probabilities and the hand reader pass that rule and every member names the same mark.
+#: Older readers refuse it (they would read the averaged rule with the first member alone).
+MEAN_FORMAT = "sheetcheck.reader-model/3"
 #: A region whose learned probability is below this is "in doubt" (``DecisionRule.photo_doubt_max``).
 DOUBT_LEVEL = 0.9
 MODEL_DIR = Path(__file__).resolve().parent.parent / "calibration" / "models"
@@ -147,6 +158,11 @@ class LearnedReader:
     #: splits of the training photos, each with its own temperature and rule. Empty for a
     #: format-1 model.
     committee: tuple = ()
+    #: How the committee decides: "second_opinions" (format 2: the first model reads with its
+    #: own rule and every member must be confident of the same mark by its own) or "mean"
+    #: (format 3: ``rule`` judges the members' averaged probabilities, :func:`committee_proba`,
+    #: and every member must name the same mark).
+    combine: str = "second_opinions"
 
     def raw_scores(self, X: np.ndarray) -> np.ndarray:
         """(N, F) features -> (N, C) class scores (log-odds before the softmax)."""
@@ -524,8 +540,13 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
     if not isinstance(doc, Mapping):
         raise ReaderModelError(f"reader model {source} is not a JSON object.", hint=hint)
     fmt = doc.get("format")
-    if fmt not in (MODEL_FORMAT, COMMITTEE_FORMAT):
-        problems.append(f"format is {fmt!r}, expected {MODEL_FORMAT!r} or {COMMITTEE_FORMAT!r}")
+    if fmt not in (MODEL_FORMAT, COMMITTEE_FORMAT, MEAN_FORMAT):
+        problems.append(f"format is {fmt!r}, expected {MODEL_FORMAT!r}, {COMMITTEE_FORMAT!r} "
+                        f"or {MEAN_FORMAT!r}")
+    if fmt == MEAN_FORMAT and doc.get("combine") != "mean":
+        problems.append(f"combine: a {MEAN_FORMAT!r} model must say \"mean\", got {doc.get('combine')!r}")
+    elif fmt != MEAN_FORMAT and "combine" in doc:
+        problems.append(f"combine: only a {MEAN_FORMAT!r} model may say how its committee combines")
     committee = _committee(doc, fmt, source, problems)
     classes = tuple(doc.get("classes") or ())
     if classes != MARKS:
@@ -676,17 +697,20 @@ def model_from_dict(doc, *, source: str = "<model>") -> LearnedReader:
         raise ReaderModelError(f"reader model {source} is damaged or does not fit this reader:",
                                hint=hint + "\n" + "\n".join(f"  - {p}" for p in problems))
     return LearnedReader(kind, classes, names, params, float(temperature), DecisionRule(**rule_kw),
-                         {k: doc.get(k) for k in ("id", "training", "validation", "created")},
-                         source, tuple(committee))
+                         {k: doc.get(k) for k in ("id", "training", "validation", "created",
+                                                  "mean_rule")},
+                         source, tuple(committee),
+                         "mean" if fmt == MEAN_FORMAT else "second_opinions")
 
 
 def _committee(doc: Mapping, fmt, source: str, problems: list[str]) -> list:
-    """The committee's members of a format-2 document, each validated as a model of its own
-    (their problems added to ``problems``); none for format 1."""
+    """The committee's members of a format-2 or format-3 document, each validated as a model
+    of its own (their problems added to ``problems``); none for format 1."""
     members = doc.get("committee")
-    if fmt != COMMITTEE_FORMAT:
+    if fmt not in (COMMITTEE_FORMAT, MEAN_FORMAT):
         if members is not None:
-            problems.append(f"committee: only a {COMMITTEE_FORMAT!r} model may have one")
+            problems.append(f"committee: only a {COMMITTEE_FORMAT!r} or {MEAN_FORMAT!r} model "
+                            "may have one")
         return []
     if not isinstance(members, list) or not members:
         problems.append("committee: expected a non-empty list of model documents")
@@ -873,6 +897,63 @@ def combine_all(hands: Sequence, probs: np.ndarray, *, classes: Sequence[str], r
     return out
 
 
+def committee_proba(members: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The averaged probabilities of a format-3 committee, and each member's mark.
+
+    Why: three fits of one recipe, each judged by its own rule, flag the union of their doubts
+    (a region any one of them is unsure of); their averaged probabilities separate right from
+    wrong readings better than any one of them, and one rule chosen on them, on calibration
+    rows none of the members was fitted on, flags fewer regions with no more confident errors
+    (measured, session 23: docs/EVALUATION.md).
+
+    Parameters
+    ----------
+    members : sequence of (N, C) ndarray
+        Each member's calibrated probabilities (``LearnedReader.predict_proba``, its own
+        temperature), the first model's first; rows of NaN (a region that allows no class
+        the model has) stay NaN.
+
+    Returns
+    -------
+    p : (N, C) ndarray
+        The members' mean, in member order (the same sums wherever it is computed).
+    marks : (K, N) int ndarray
+        Each member's best mark (its first best, as ``argmax`` picks).
+    """
+    stack = np.stack([np.asarray(m, np.float64) for m in members])
+    p = stack[0].copy()
+    for m in stack[1:]:
+        p += m
+    p /= len(stack)
+    return p, np.argmax(np.where(np.isnan(stack), -np.inf, stack), axis=2)
+
+
+def committee_disagreements(readings: Sequence, marks: np.ndarray, member_probs: Sequence,
+                            names: Sequence[str], *, classes: Sequence[str],
+                            review_threshold: float) -> list:
+    """``readings`` (:func:`combine_all` on :func:`committee_proba`'s mean) with each confident
+    one that some member reads as another mark flagged (``review``, confidence below the
+    threshold, ``reason`` naming the member and its mark)."""
+    from vision.marks import RegionReading
+
+    out = list(readings)
+    cap = math.nextafter(review_threshold, 0.0) - 1e-4
+    index = {c: j for j, c in enumerate(classes)}
+    for i, rd in enumerate(out):
+        if rd.review:
+            continue
+        j = index.get(rd.mark, -1)
+        for k in range(len(marks)):
+            if marks[k, i] != j:
+                other = classes[marks[k, i]]
+                p_other = float(member_probs[k][i, marks[k, i]])
+                out[i] = RegionReading(rd.region_id, rd.kind, rd.mark, float(min(rd.confidence, cap)),
+                                       True, rd.alternatives, rd.features,
+                                       f"committee disagrees ({names[k]}: {other} {p_other:.4f})")
+                break
+    return out
+
+
 def second_opinions(readings: Sequence, hands: Sequence, rows: np.ndarray, opinions: Sequence, *,
                     classes: Sequence[str], review_threshold: float, photo_confidence: float = 1.0,
                     doubt: float = 0.0) -> list:
@@ -1013,5 +1094,7 @@ def _rule_arrays(h: _HandRows, probs: np.ndarray, *, classes: Sequence[str], rul
     return _RuleArrays(norm, good, mark, p, sure)
 
 
-__all__ = ["COMMITTEE_FORMAT", "DEFAULT_MODEL", "DOUBT_LEVEL", "THRESHOLD_NAMES", "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError",
-           "combine", "combine_all", "default_model", "load_model", "model_from_dict", "photo_doubt", "resolve_reader", "second_opinions"]
+__all__ = ["COMMITTEE_FORMAT", "DEFAULT_MODEL", "DOUBT_LEVEL", "MEAN_FORMAT", "THRESHOLD_NAMES",
+           "DecisionRule", "LearnedReader", "MODEL_FORMAT", "ReaderModelError", "combine",
+           "combine_all", "committee_disagreements", "committee_proba", "default_model",
+           "load_model", "model_from_dict", "photo_doubt", "resolve_reader", "second_opinions"]

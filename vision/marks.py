@@ -1654,6 +1654,13 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         # gate for unusable photos; the photo's quality figures are features of the model.
         from vision.learned import combine_all, photo_doubt
         probs = _predict_rows(learned, matrix, mc.allowed)
+        if learned.combine == "mean":
+            # (a format-3 committee reads as one: its rule judges the members' mean, and
+            # every member must name the same mark, vision.learned.committee_proba)
+            from vision.learned import committee_proba
+            member_probs = [probs] + [_predict_rows(m, matrix, mc.allowed)
+                                      for m in learned.committee]
+            probs, member_marks = committee_proba(member_probs)
         doubt = photo_doubt(probs)
         # (vision.learned.combine for every region, with what depends on the photo alone
         # worked out once)
@@ -1661,7 +1668,13 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         both_read = combine_all(hands, probs, classes=MARKS,
                                 rule=learned.rule, review_threshold=review_threshold,
                                 photo_confidence=photo_confidence, doubt=doubt)
-        if learned.committee:
+        if learned.combine == "mean":
+            from vision.learned import committee_disagreements
+            names = [(learned.meta or {}).get("id") or "model"] + [
+                (m.meta or {}).get("id") or f"member {k}" for k, m in enumerate(learned.committee, 2)]
+            both_read = committee_disagreements(both_read, member_marks, member_probs, names,
+                                                classes=MARKS, review_threshold=review_threshold)
+        elif learned.committee:
             # (the second opinions, vision.learned.second_opinions: only the confident
             # readings need them)
             from vision.learned import second_opinions

@@ -285,8 +285,11 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
                     "model_created": learned.meta.get("created"), "kind": learned.kind,
                     "decision": _rule_dict(learned.rule),
-                    # the committee's members, whose agreement a confident reading needed
-                    "second_opinions": [m.meta.get("id") for m in learned.committee]}
+                    # the committee's members, whose agreement a confident reading needed,
+                    # and how it decides ("second_opinions": each by its own rule; "mean":
+                    # the rule above judges their averaged probabilities, reader-v12 on)
+                    "second_opinions": [m.meta.get("id") for m in learned.committee],
+                    "combine": learned.combine}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
