@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v11.json``, trained by ``scripts/train_reader.py`` and
+The model (``calibration/models/reader-v12.json``, trained by ``scripts/train_reader.py`` and
 packed by ``scripts/pack_committee.py``; earlier ones ship beside it for comparison,
 docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
@@ -66,7 +66,14 @@ THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: (vision.light.tone_correction_for): on the four validation corpora as accurate as reader-v8,
 #: fewer regions flagged and no confident error (docs/EVALUATION.md, session 22). reader-v8
 #: ships beside it for comparison.
-DEFAULT_MODEL = MODEL_DIR / "reader-v11.json"
+#: reader-v12 (session 23): reader-v11's three fits read as one committee (format 3,
+#: :func:`committee_proba`): one rule chosen on their averaged probabilities over the 11
+#: calibration-only corpora (415,689 rows no member was fitted on), where reader-v11 judged
+#: each member by its own rule and flagged what any one of them doubted. On the four
+#: validation corpora end to end: 46.0 % of regions flagged against 50.8 %, 97.12 % read right
+#: against 96.94 %, no confident error (docs/EVALUATION.md, session 23). reader-v11 ships
+#: beside it for comparison.
+DEFAULT_MODEL = MODEL_DIR / "reader-v12.json"
 
 
 class ReaderModelError(SheetcheckError):
