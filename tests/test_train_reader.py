@@ -79,8 +79,9 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     assert reader_dataset.seed_allowed(1400000)     # spent in session 17 (default painter)
     assert reader_dataset.seed_allowed(1500299)     # spent in session 20 (default painter)
     assert reader_dataset.seed_allowed(1600299)     # spent in session 22 (default painter)
-    assert not reader_dataset.seed_allowed(1600300)
-    assert not reader_dataset.seed_allowed(1700000)  # the next fresh measurement: never
+    assert reader_dataset.seed_allowed(1700299)     # spent in session 23 (default painter)
+    assert not reader_dataset.seed_allowed(1700300)
+    assert not reader_dataset.seed_allowed(1800000)  # the next fresh measurement: never
     assert not reader_dataset.seed_allowed(1070001)  # the held-out painter's: never
     assert not reader_dataset.seed_allowed(1050001)  # the held-out painter's: never
     assert not reader_dataset.seed_allowed(770001)  # the held-out painter's: never
@@ -95,7 +96,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [1700001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [1800001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
 
