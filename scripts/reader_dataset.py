@@ -148,6 +148,12 @@ def main(argv=None) -> int:
     from vision.marks import FEATURE_NAMES
     ok = [r for r in results if "skip" not in r and len(r["y"])]
     skipped = [{"photo": r["photo"], "why": r["skip"]} for r in results if "skip" in r]
+    if not ok:
+        # (e.g. a held-out painter's corpus, or unspent measurement seeds: every photo refused)
+        why = sorted({s["why"] for s in skipped})
+        print(f"error: no photo gave rows ({len(skipped)} skipped: {'; '.join(why[:3])}); "
+              f"nothing written to {args.out}", file=sys.stderr)
+        return 1
     n = [len(r["y"]) for r in ok]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

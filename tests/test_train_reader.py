@@ -224,3 +224,21 @@ def test_a_weight_must_name_a_training_dataset_and_be_positive(tmp_path):
         with pytest.raises(SystemExit, match=r"--weight .*: give PATH=W"):
             train_reader.main(["--train", train, "--out", str(tmp_path / "m.json"),
                                "--weight", bad])
+
+
+def test_a_corpus_whose_every_photo_is_refused_gives_a_clear_error_and_no_file(tmp_path, capsys):
+    """reader_dataset.py on photos of unspent measurement seeds writes nothing and says why."""
+    import json
+    import shutil
+    root = Path(__file__).resolve().parents[1]
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s1800001.jpg")
+    truth = json.loads((root / "sample_photos" / "crypts-1-easy-s1.truth.json").read_text())
+    truth["seed"] = 1800001  # (the next fresh measurement's: never read for the reader)
+    (folder / "crypts-1-easy-s1800001.truth.json").write_text(json.dumps(truth))
+    out = tmp_path / "rows.npz"
+    assert reader_dataset.main([str(folder), "--out", str(out), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "no photo gave rows (1 skipped: seed 1800001 not allowed" in err
+    assert not out.exists()
