@@ -9,7 +9,7 @@
 #   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
 #   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # reader-v11's recipe (below)
 #   scripts/reader_recipe.sh pack WORK TAG ID OUT  # the fits TAG-s0,1,2 packed as one model file
-#   RECIPE=v12 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v12 (below)
+#   RECIPE=v13 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v13 (below)
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -84,14 +84,16 @@ WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 # with the light stage's tone correction (reader_dataset.py --tone on; the fit records it and
 # the pipeline then reads with it) and its 96 columns (the ring and open columns left out).
 # TONE=on|off overrides the datasets' tone correction for any recipe.
-# RECIPE=v12 (session 23, the shipped reader): reader-v11's corpora and fits, packed to read as
-# one committee (`pack`: pack_committee.py --combine mean, its rule chosen on the members'
-# averaged probabilities over the fit's --calib datasets).
+# RECIPE=v12 (session 23): reader-v11's corpora and fits, packed to read as one committee
+# (`pack`: pack_committee.py --combine mean, its rule chosen on the members' averaged
+# probabilities over the fit's --calib datasets). RECIPE=v13 (session 23, the shipped reader):
+# the same, with two more doubt tiers in the packed rule (0.05 and 0.08).
 COMBINE=second_opinions
 case ${RECIPE:-v10} in
   v10) ;;
-  v11|v12)
-    [ "${RECIPE}" = v12 ] && COMBINE=mean
+  v11|v12|v13)
+    [ "${RECIPE}" != v11 ] && COMBINE=mean
+    [ "${RECIPE}" = v13 ] && PACK_TIERS=0,0.015,0.03,0.05,0.08
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
     TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;
@@ -100,7 +102,7 @@ case ${RECIPE:-v10} in
        # against when both are fitted on datasets rebuilt with the same code
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default), v12, v11, v9 or v8" >&2; exit 2 ;;
+  *) echo "RECIPE is v10 (the default), v13, v12, v11, v9 or v8" >&2; exit 2 ;;
 esac
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -159,7 +161,7 @@ case $cmd in
     TAG=$3; ID=$4; OUT=$5
     args=(--id "$ID" --out "$OUT")
     if [ "$COMBINE" = mean ]; then
-      args+=(--combine mean)
+      args+=(--combine mean --tiers "${PACK_TIERS:-0,0.015,0.03}")
       for n in $(names "${CALIB[@]}" "${CALIB_CROSS[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
     fi
     run "$PY" "$ROOT/scripts/pack_committee.py" "${args[@]}" \

@@ -87,6 +87,15 @@ def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, 
     assert [c["path"] for c in doc["mean_rule"]["calibration"]] == [str(rows)]
     model = load_model(out)
     assert model.combine == "mean" and model.rule != load_model(v7).rule
+    # the hand reader's side is never looser than either member's own rule asks
+    members = (load_model(v7), load_model(v5))
+    for doubt in (None, 0.0, 0.01, 0.02, 0.03, 0.05, 0.2, 1.0):
+        for kind in sorted(set(d["kind"].tolist())) + [None]:
+            for m in MARKS:
+                hm, _, _, hf = model.rule.thresholds(m, doubt, kind)
+                for member in members:
+                    want = member.rule.thresholds(m, doubt, kind)
+                    assert hm >= want[0] and hf >= want[3], (doubt, kind, m)
     sure, mark = committee_check.verdicts(model, d)
     assert sure.sum() > 0.3 * len(sure), "the rule makes readings confident"
     assert not np.any(sure & (mark != d["y"])), "no confident error on the rows it was chosen on"
