@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v12.json``, trained by ``scripts/train_reader.py`` and
+The model (``calibration/models/reader-v13.json``, trained by ``scripts/train_reader.py`` and
 packed by ``scripts/pack_committee.py``; earlier ones ship beside it for comparison,
 docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the
@@ -17,7 +17,7 @@ temperature-scaled on that split, so that it can be read as a probability.
 
 A model file may carry a committee: other fits of the same recipe. Either each is a second
 opinion with its own rule (:func:`second_opinions`, format 2, reader-v8 and reader-v11), or,
-since reader-v12, the committee reads as one (:func:`committee_proba`, format 3): the rule
+since reader-v12 (and reader-v13), the committee reads as one (:func:`committee_proba`, format 3): the rule
 judges the members' averaged probabilities, and every member must name the same mark.
 """
 
@@ -73,7 +73,15 @@ THRESHOLD_NAMES = ("hand_min", "learned_min", "learned_alone", "hand_floor")
 #: validation corpora end to end: 46.0 % of regions flagged against 50.8 %, 97.12 % read right
 #: against 96.94 %, no confident error (docs/EVALUATION.md, session 23). reader-v11 ships
 #: beside it for comparison.
-DEFAULT_MODEL = MODEL_DIR / "reader-v12.json"
+#: reader-v13 (session 23): reader-v12 with two more doubt tiers in its rule (0.05 and 0.08,
+#: chosen like the others: a photo with a few regions in doubt is no longer judged by the
+#: strict rule of photos in much doubt), and the hand reader's thresholds never below those
+#: of a member's own rule (reader-v12 read a written total it could not see on a fresh
+#: held-out-painter photo "empty" at 0.9998; ``pack_committee.hand_bounded``). On seven
+#: datasets (four validation, three spent fresh corpora): 39.7 % of regions flagged against
+#: reader-v12's 42.7 %, the same readings, no confident error (docs/EVALUATION.md, session
+#: 23). reader-v12 ships beside it.
+DEFAULT_MODEL = MODEL_DIR / "reader-v13.json"
 
 
 class ReaderModelError(SheetcheckError):
