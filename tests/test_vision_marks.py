@@ -752,3 +752,31 @@ def test_crossed_out_treasures_are_never_read_empty_with_confidence():
             assert got.mark == "crossed" or got.review, (seed, rid, got)
             assert got.features["hand_mark"] == "crossed", (seed, rid, got)
     assert voted == 0
+
+
+def test_the_hue_neighbours_of_a_pencil_the_photo_shows_no_mark_of_are_flagged():
+    """A pencil the calibration found no mark of may have been taken for its neighbour in
+    hue: confident readings of both neighbours are flagged; other colours, flagged readings
+    and a palette with no evidence at all are left alone."""
+    from vision.colour import Palette, PaletteColour
+    from vision.marks import RegionReading, _check_missing_pencils
+    hues = {"orange": 70.0, "red": 30.0, "blue": 260.0, "green": 140.0, "purple": 330.0}
+    cols = tuple(PaletteColour(c, h, 10.0) for c, h in hues.items())
+
+    def reading(rid, mark, review=False):
+        return RegionReading(rid, "box", mark, 0.6 if review else 0.999, review, ((mark, 0.999),), {}, "")
+
+    base = {"a": reading("a", "purple"), "b": reading("b", "orange"), "c": reading("c", "blue"),
+            "d": reading("d", "green"), "e": reading("e", "empty"), "f": reading("f", "purple", True)}
+    red_missing = Palette("p", cols, source="sheet",
+                          evidence={"orange": 6, "red": 0, "blue": 4, "green": 6, "purple": 21})
+    out = _check_missing_pencils(dict(base), red_missing, 0.97)
+    assert out["a"].review and out["b"].review  # red's neighbours: purple (below), orange (above)
+    assert out["a"].confidence < 0.97 and out["a"].mark == "purple"
+    assert out["a"].reason == "pencil not found on this sheet (red): its marks may read as purple"
+    assert out["c"] == base["c"] and out["d"] == base["d"] and out["e"] == base["e"]
+    assert out["f"] == base["f"]  # (already flagged: its own reason kept)
+    everyone = Palette("p", cols, source="sheet", evidence={c: 5 for c in hues})
+    assert _check_missing_pencils(dict(base), everyone, 0.97) == base
+    prior = Palette("p", cols)  # (no calibration: no evidence for any pencil)
+    assert _check_missing_pencils(dict(base), prior, 0.97) == base

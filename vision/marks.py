@@ -1697,6 +1697,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
     readings = _outline_check(readings, regions, ev, review_threshold)
     readings = _check_calibration(readings, regions, f, pal, pal_gaps, review_threshold)
+    readings = _check_missing_pencils(readings, pal, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
                       tuple(zip(sampled, samples)))
 
@@ -1849,6 +1850,39 @@ def _check_calibration(readings: dict, regions, f: _Features, pal: Palette, pal_
         readings[rid] = _flagged(
             rd, review_threshold, f"pencils calibrated two ways disagree (hue {hue[i]:.0f}: "
             f"{PENCIL_COLOURS[a[i]]} or {PENCIL_COLOURS[b[i]]})")
+    return readings
+
+
+def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float) -> dict:
+    """Flag every confident reading of a pencil next in hue to a pencil this photo's
+    calibration found no mark of (``Palette.evidence`` 0, while others have some).
+
+    A pencil the calibration cannot find on a filled sheet is either unused or was taken for
+    its neighbour: its marks then sit in the neighbour's cluster, the palette calls them the
+    neighbour's colour, and both readers agree, confidently. Measured (session 23, fresh corpus
+    1900000, stabilo pencils under neutral light): on two typical photos whose red no cluster
+    held (evidence 0), 20 of the corpus's 21 confident errors, every red read purple at
+    0.991-0.999; reader-v11 made them too. 28 of its 300 photos had such a pencil, most of them
+    hard photos already flagged. Both neighbours (up and down the hue circle, from the missing
+    pencil's prior hue) are flagged: the photo cannot say which one took its marks.
+    """
+    ev = {c: int(pal.evidence.get(c, 0)) for c in pal.names}
+    found = [c for c in pal.names if ev[c] > 0]
+    missing = [c for c in pal.names if ev[c] == 0]
+    if not missing or not found:
+        return readings
+    hue = {c: pal.colour(c).hue_deg for c in pal.names}
+    suspect: dict[str, str] = {}
+    for m in missing:
+        up = min(found, key=lambda c: (hue[c] - hue[m]) % 360.0)
+        down = max(found, key=lambda c: (hue[c] - hue[m]) % 360.0)
+        suspect.setdefault(up, m)
+        suspect.setdefault(down, m)
+    for rid, rd in readings.items():
+        if not rd.review and rd.mark in suspect:
+            readings[rid] = _flagged(
+                rd, review_threshold, f"pencil not found on this sheet ({suspect[rd.mark]}): "
+                f"its marks may read as {rd.mark}")
     return readings
 
 
