@@ -87,13 +87,14 @@ WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 # RECIPE=v12 (session 23): reader-v11's corpora and fits, packed to read as one committee
 # (`pack`: pack_committee.py --combine mean, its rule chosen on the members' averaged
 # probabilities over the fit's --calib datasets). RECIPE=v13 (session 23, the shipped reader):
-# the same, with two more doubt tiers in the packed rule (0.05 and 0.08).
+# the same; the pack now bounds the hand reader's thresholds by the members' own
+# (pack_committee.hand_bounded). PACK_TIERS=0,0.015,0.03,0.05 etc. packs with other doubt
+# tiers (two more, 0.05 and 0.08, made a confident error on a fresh corpus: session 23).
 COMBINE=second_opinions
 case ${RECIPE:-v10} in
   v10) ;;
   v11|v12|v13)
     [ "${RECIPE}" != v11 ] && COMBINE=mean
-    [ "${RECIPE}" = v13 ] && PACK_TIERS=0,0.015,0.03,0.05,0.08
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
     TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;

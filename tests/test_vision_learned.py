@@ -402,8 +402,8 @@ def test_the_default_reader_v13_is_reader_v11s_three_fits_read_as_one():
     (reader-v8's recipe refitted on colours read with the light stage's tone correction: one
     model and two fitted by the same command on other splits of the training photos), packed
     to read as one committee: one rule on their averaged probabilities, chosen on the 11
-    calibration-only corpora, with five doubt tiers and the hand reader's thresholds never
-    below a member's (reader-v12: three tiers, no such bound). The
+    calibration-only corpora, with the hand reader's thresholds never below a member's
+    (reader-v12: the same without that bound). The
     trees are reader-v11's; it reads the guide and X columns, not the ring's; written and
     crossed are confident only in a tier; and every member was trained on tone-corrected
     colours, so photos are read with them."""
@@ -433,7 +433,7 @@ def test_the_default_reader_v13_is_reader_v11s_three_fits_read_as_one():
     assert len(info["calibration"]) == 11 and info["rows"] > 400000
     assert info["calibration"] == model.meta["training"]["calibration_only"]
     assert info["margin"] == 1.5 and info["tier_only"] == ["written", "crossed"]
-    assert [t[0] for t in model.rule.tiers] == [0.0, 0.015, 0.03, 0.05, 0.08]
+    assert [t[0] for t in model.rule.tiers] == [0.0, 0.015, 0.03]
     # the hand reader's thresholds at least those of every member's own rule (chosen also on
     # painters the member never saw), everywhere; reader-v12 had not that bound and read a
     # written total it could not see "empty" at 0.9998 with the hand reader at 0.9847
