@@ -31,10 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dataclasses import replace  # noqa: E402
+
 from sheetcheck.errors import SheetcheckError  # noqa: E402
 from sheetcheck.files import read_json_file  # noqa: E402
-from vision.learned import (COMMITTEE_FORMAT, MEAN_FORMAT, MODEL_FORMAT, ReaderModelError,  # noqa: E402
-                            committee_proba, model_from_dict)
+from vision.learned import (COMMITTEE_FORMAT, MEAN_FORMAT, MODEL_FORMAT,  # noqa: E402
+                            THRESHOLD_NAMES, ReaderModelError, committee_proba, model_from_dict)
+from vision.marks import MARKS  # noqa: E402
 
 
 def pack(docs: list[dict], *, model_id: str) -> dict:
@@ -104,11 +107,8 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
                                cat["pconf"], cat["y"], cat["doubt"], cat["kind"])
     if np.any(sure & ~ok):
         raise SystemExit("mean_rule: a confident error on the rows the rule was chosen on (a bug)")
-    import hashlib
-
-    # (as train_reader records its --calib datasets: path and the start of the file's sha256)
-    info = {"calibration": [{"path": str(c), "sha256_16": hashlib.sha256(Path(c).read_bytes()).hexdigest()[:16]}
-                            for c in calib],
+    # (as train_reader records its --calib datasets)
+    info = {"calibration": [{"path": str(c), "sha256_16": tr.file_digest(c)} for c in calib],
             "rows": int(len(cat["y"])),
             "confident": int(sure.sum()), "margin": margin, "tiers": tiers,
             "tier_only": tier_only, "photo_gate": photo_gate}
@@ -128,11 +128,6 @@ def hand_bounded(rule, others, kinds):
     0.99: on a fresh held-out-painter photo (seed 1120053: warm, blurred, < 3 px/mm) a written
     total it cannot see was read "empty" at 0.9998, hand 0.9847, where every member's rule
     flags it (session 23)."""
-    from dataclasses import replace
-
-    from vision.learned import THRESHOLD_NAMES
-    from vision.marks import MARKS
-
     rules = [rule] + list(others)
 
     def merged(mark, doubt, kind):
@@ -153,11 +148,12 @@ def hand_bounded(rule, others, kinds):
                    photo_doubt_max=min(r.photo_doubt_max for r in rules))
 
 
-def pack_mean(docs: list[dict], *, model_id: str, rule, info: dict) -> dict:
-    """One format-3 document: :func:`pack`'s, reading as one committee by ``rule``."""
-    out = {**pack(docs, model_id=model_id), "format": MEAN_FORMAT, "combine": "mean",
-           "decision": rule.to_dict(), "mean_rule": info}
-    model_from_dict(out, source=model_id)
+def pack_mean(packed: dict, *, rule, info: dict) -> dict:
+    """One format-3 document: ``packed`` (:func:`pack`'s), reading as one committee by
+    ``rule``; checked by loading it."""
+    out = {**packed, "format": MEAN_FORMAT, "combine": "mean", "decision": rule.to_dict(),
+           "mean_rule": info}
+    model_from_dict(out, source=str(packed.get("id")))
     return out
 
 
@@ -180,16 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--combine mean needs --calib datasets to choose its rule on")
     try:
         docs = [read_json_file(m, what="reader model", error=ReaderModelError) for m in args.models]
+        doc = pack(docs, model_id=args.id)  # (the members checked before any rule is chosen)
         if args.combine == "mean":
-            pack(docs, model_id=args.id)  # (the members checked first)
             rule, info = mean_rule(
                 docs, args.calib, margin=args.margin,
                 tiers=[float(b) for b in args.tiers.split(",") if b.strip()],
                 tier_only=[m for m in args.tier_only.split(",") if m.strip()],
                 photo_gate=args.photo_gate)
-            doc = pack_mean(docs, model_id=args.id, rule=rule, info=info)
-        else:
-            doc = pack(docs, model_id=args.id)
+            doc = pack_mean(doc, rule=rule, info=info)
     except SheetcheckError as e:
         print(f"error: {e.message}" + (f"\n{e.hint}" if e.hint else ""), file=sys.stderr)
         return 2

@@ -101,6 +101,11 @@ def load_sets(paths: list[str], *, calib_only: bool = False) -> dict:
     return res
 
 
+def file_digest(path) -> str:
+    """The start of a dataset file's sha256, as a model file records its datasets."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
 def tone_of(d) -> bool:
     """Whether a dataset was read with the light stage's tone correction (datasets from before
     the option have no such entry: they were read without)."""
@@ -705,22 +710,19 @@ def main(argv=None) -> int:
     for k, v in validation.items():
         print(k, json.dumps(v), file=sys.stderr)
 
-    def digest(p):
-        return hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16]
-
     doc.update({
         "temperature": round(best_T, 4),
         "decision": rule.to_dict(),
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "training": {"command": "scripts/train_reader.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                     "datasets": [{"path": p, "sha256_16": digest(p)} for p in args.train],
+                     "datasets": [{"path": p, "sha256_16": file_digest(p)} for p in args.train],
                      "folders": sorted({str(f) for p in args.train for f in np.load(p)["folders"]}),
                      "seed_range": [int(tr["seeds"].min()), int(tr["seeds"].max())],
                      "photos": int(n_ph), "regions": int(len(y)),
                      "calibration_photos": int(calib_ph.sum()), "split_seed": args.seed,
                      "margin": args.margin, "painters": painters, "lopo": bool(args.lopo),
                      "by_mark": bool(args.by_mark),
-                     "calibration_only": [{"path": p, "sha256_16": digest(p)} for p in args.calib],
+                     "calibration_only": [{"path": p, "sha256_16": file_digest(p)} for p in args.calib],
                      "tiers": args.tiers, "tier_only": args.tier_only,
                      "light_tone_correction": bool(tr["tone_correction"]),
                      "params": {"iters": args.iters, "leaves": args.leaves, "lr": args.lr,
