@@ -17,7 +17,7 @@ temperature-scaled on that split, so that it can be read as a probability.
 
 A model file may carry a committee: other fits of the same recipe. Either each is a second
 opinion with its own rule (:func:`second_opinions`, format 2, reader-v8 and reader-v11), or,
-since reader-v12 (and reader-v13), the committee reads as one (:func:`committee_proba`, format 3): the rule
+since reader-v12, the committee reads as one (:func:`committee_proba`, format 3): the rule
 judges the members' averaged probabilities, and every member must name the same mark.
 """
 

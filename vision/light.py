@@ -17,8 +17,8 @@ in every darker colour: black print under warm light comes out red (linear (0.06
 colourless (:attr:`NormalisedLight.tone`; paper, 1, stays 1). The exponents are measured on the
 photo's own print, never assumed from a camera model; they are bounded, and left at 1 where the
 print is too little, washed out or clipped to measure. A learned reader gets it only if it
-was trained with it (:func:`tone_correction_for`); the shipped reader-v11 (session 22) was,
-so a default read has it on.
+was trained with it (:func:`tone_correction_for`); the bundled readers since reader-v11
+(session 22) were, so a default read has it on.
 """
 
 from __future__ import annotations
@@ -344,8 +344,9 @@ def _srgb_mean_to_linear(v: np.ndarray) -> np.ndarray:
 #: each of 15 corpora (hard photos 0.45-1.35), but a refit on corrected rows (reader-v7's trees'
 #: recipe, seed 0) read about as accurately as the baseline refit (hard +0.2 points), flagged
 #: fewer regions and made 2 confident errors on validation corpora where the baseline made none.
-#: The bundled reader-v11 (session 22) was trained on corrected rows, so the default read has
-#: the correction on; this switch stays off for the hand reader alone, as it was measured.
+#: The bundled readers since reader-v11 (session 22) were trained on corrected rows, so the
+#: default read has the correction on; this switch stays off for the hand reader alone, as it
+#: was measured.
 TONE_CORRECTION = False
 #: Black print in the clean render: every channel below this (0-255) and a chroma below
 #: ``_PRINT_CHROMA``. Pencil overshoots its region: print closer than ``_PRINT_CLEAR_MM`` to a
