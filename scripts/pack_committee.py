@@ -20,6 +20,12 @@ different marks is never confident::
 
     scripts/pack_committee.py --id reader-v12 --out calibration/models/reader-v12.json \
         --combine mean --calib WORK/data/target.npz [--calib ...] fits/tone-s{0,1,2}.json
+
+``--cross-calib DATASETS`` (corpora crossed out at rate 0.3, calibration only) then chooses the
+doubt tiers' thresholds of "crossed" again on those rows and the
+``--calib`` rows together, in the tiers and in the extra bounds of ``--own-tiers``, with floors
+(:data:`OWN_HAND_MIN`, :data:`OWN_LEARNED_MIN`); every other mark reads as without it
+(reader-v14: ``RECIPE=v14 scripts/reader_recipe.sh pack``).
 """
 
 from __future__ import annotations
@@ -59,23 +65,15 @@ def pack(docs: list[dict], *, model_id: str) -> dict:
     return out
 
 
-def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[float],
-              tier_only: list[str], photo_gate: float):
-    """The rule of a committee that reads as one (``--combine mean``), chosen on the members'
-    averaged probabilities over the ``calib`` datasets, and what it was chosen on."""
+def _rows(members, paths: list[str], want: set) -> dict:
+    """The members' averaged probabilities and every column the rule is chosen on, over the
+    datasets ``paths`` concatenated."""
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import train_reader as tr
-    from vision.light import tone_correction_for
 
-    members = [model_from_dict(d, source=f"model {k + 1}") for k, d in enumerate(docs)]
-    want = {tone_correction_for(m) for m in members}
-    if len(want) > 1:
-        raise ReaderModelError("the models were fitted on rows read in different light (the "
-                               "tone correction on for some, off for others).")
     rows = {k: [] for k in ("p", "hand", "c_h", "pconf", "y", "doubt", "kind")}
-    for path in calib:
+    for path in paths:
         d = tr.load_sets([path], calib_only=True)  # (only spent seeds of a training painter)
         if d["tone_correction"] not in want:
             raise ReaderModelError(f"{path} was read with the tone correction "
@@ -93,26 +91,133 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
         rows["y"].append(d["y"].astype(int))
         rows["doubt"].append(tr.doubt_per_row(p, d["photo"]))
         rows["kind"].append(d["kind"])
-    cat = {k: np.concatenate(v) for k, v in rows.items()}
-    args = (cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"])
+    return {k: np.concatenate(v) for k, v in rows.items()}
+
+
+def _args(cat: dict) -> tuple:
+    return cat["p"], cat["hand"], cat["c_h"], cat["pconf"], cat["y"], cat["doubt"]
+
+
+def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[float],
+              tier_only: list[str], photo_gate: float, cross_calib: list[str] = (),
+              own_marks: tuple[str, ...] = ("crossed",), own_tiers_extra: list[float] = ()):
+    """The rule of a committee that reads as one (``--combine mean``), chosen on the members'
+    averaged probabilities over the ``calib`` datasets, and what it was chosen on.
+
+    With ``cross_calib`` (datasets rich in crossings-out, calibration only), the thresholds
+    of ``own_marks`` in the doubt tiers are chosen again on the ``calib`` and ``cross_calib``
+    rows together (:func:`own_tiers`); every other mark keeps the thresholds chosen on
+    ``calib`` alone, so that the extra rows cannot change how colours and empties read."""
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import train_reader as tr
+    from vision.light import tone_correction_for
+
+    members = [model_from_dict(d, source=f"model {k + 1}") for k, d in enumerate(docs)]
+    want = {tone_correction_for(m) for m in members}
+    if len(want) > 1:
+        raise ReaderModelError("the models were fitted on rows read in different light (the "
+                               "tone correction on for some, off for others).")
+    cat = _rows(members, calib, want)
+    args = _args(cat)
     rule, how = tr.choose_rule(*args, margin=margin, photo_gate=photo_gate)
     rule, how["by_mark"] = tr.choose_by_mark(rule, *args, margin=margin)
     if tier_only:
         rule = tr.tier_only(rule, tier_only)
+    untiered = rule
     if tiers:
         rule, how["tiers"] = tr.choose_tiers(rule, *args, cat["kind"], bounds=tiers, margin=margin)
     # the hand reader's side never looser than any member's own rule asks (see hand_bounded)
     rule = hand_bounded(rule, [m.rule for m in members], sorted(set(cat["kind"].tolist())))
+    own, others_wrong = {}, 0
+    if cross_calib:
+        if not tiers:
+            raise ReaderModelError("--cross-calib chooses thresholds in the doubt tiers: give "
+                                   "--tiers too.")
+        xc = _rows(members, cross_calib, want)
+        both = {k: np.concatenate([cat[k], xc[k]]) for k in cat}
+        chosen, _ = tr.choose_tiers(untiered, *_args(both), both["kind"],
+                                    bounds=sorted(set(tiers) | set(own_tiers_extra)), margin=margin)
+        rule = own_tiers(rule, chosen, own_marks)
+        mark_l = both["p"].argmax(axis=1)
+        sure, ok = tr.rule_outcome(rule, both["p"], mark_l, both["hand"], both["c_h"],
+                                   both["pconf"], both["y"], both["doubt"], both["kind"])
+        mine = np.isin(mark_l, [MARKS.index(m) for m in own_marks])
+        if np.any(sure & ~ok & mine):
+            raise SystemExit("mean_rule: a confident error of an own mark on the rows its "
+                             "thresholds were chosen on (a bug)")
+        for m in own_marks:
+            sel = mark_l == MARKS.index(m)
+            own[m] = {"readings": int(sel.sum()), "confident": int((sure & sel).sum())}
+        # (the other marks' thresholds were chosen on --calib alone: their confident errors
+        # on the crossed-out rows, if any, are recorded, not hidden)
+        others_wrong = int((sure & ~ok & ~mine)[len(cat["y"]):].sum())
     sure, ok = tr.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), cat["hand"], cat["c_h"],
                                cat["pconf"], cat["y"], cat["doubt"], cat["kind"])
     if np.any(sure & ~ok):
-        raise SystemExit("mean_rule: a confident error on the rows the rule was chosen on (a bug)")
+        bad = np.flatnonzero(sure & ~ok)
+        raise SystemExit(f"mean_rule: {bad.size} confident error(s) on the rows the rule was "
+                         f"chosen on (rows {bad[:5].tolist()}, read "
+                         f"{[MARKS[i] for i in cat['p'][bad[:5]].argmax(axis=1)]}, truth "
+                         f"{[MARKS[i] for i in cat['y'][bad[:5]]]})")
     # (as train_reader records its --calib datasets)
     info = {"calibration": [{"path": str(c), "sha256_16": tr.file_digest(c)} for c in calib],
             "rows": int(len(cat["y"])),
             "confident": int(sure.sum()), "margin": margin, "tiers": tiers,
             "tier_only": tier_only, "photo_gate": photo_gate}
+    if cross_calib:
+        info["cross_calibration"] = [{"path": str(c), "sha256_16": tr.file_digest(c)}
+                                     for c in cross_calib]
+        info["own_tiers"] = sorted(set(tiers) | set(own_tiers_extra))
+        info["own_floor"] = {"hand_min": OWN_HAND_MIN, "learned_min": OWN_LEARNED_MIN}
+        info["own_marks"] = own
+        info["other_marks_confident_errors_on_cross_calibration"] = others_wrong
     return rule, info
+
+
+#: Floors under the thresholds :func:`own_tiers` takes from rows the members' own rules never
+#: saw: the hand reader at least at its review threshold, the learned reader at least 0.995
+#: sure. (The search alone chose 0.97 / 0.99 in every tier; with tiers for "crossed" up to
+#: doubt 0.2 it read a held-out painter's purple fill "crossed" at 0.9917 with the hand reader
+#: at 0.9755: a coloured fill read crossed is the old failure GLOBAL_HAND_FLOOR was made for.
+#: Session 24.)
+OWN_HAND_MIN = 0.97
+OWN_LEARNED_MIN = 0.995
+
+
+def own_tiers(rule, chosen, marks):
+    """``rule`` with the thresholds of ``marks``, in every doubt tier and region kind, taken
+    from ``chosen`` (a rule whose tiers were chosen on more rows), the hand reader's side at
+    least :data:`OWN_HAND_MIN`. ``rule`` names every kind and mark in every tier
+    (:func:`hand_bounded`); its thresholds above the tiers are kept.
+
+    Why: every member's own rule says "never" for "crossed", because no member's calibration
+    rows held enough crossings-out to choose thresholds on (``MARK_MIN_READINGS``), and
+    :func:`hand_bounded` inherits that "never": every crossing-out was flagged (session 23).
+    Choosing the whole rule on the crossed-out corpora too made the other marks' thresholds
+    stricter (more flags on seven datasets); here only ``marks`` change."""
+    def own(m, doubt, kind):
+        t = dict(zip(THRESHOLD_NAMES, (float(v) for v in chosen.thresholds(m, doubt, kind))))
+        if t["learned_min"] > 1.0 and t["learned_alone"] > 1.0:
+            return dict(t)  # never confident
+        for k, lo in (("hand_min", OWN_HAND_MIN), ("hand_floor", OWN_HAND_MIN),
+                      ("learned_min", OWN_LEARNED_MIN), ("learned_alone", OWN_LEARNED_MIN)):
+            t[k] = max(t[k], lo) if t[k] <= 1.0 else t[k]
+        return t
+
+    tiers = [(b, {**bm, **{m: own(m, b, None) for m in marks}},
+              {k: {**km, **{m: own(m, b, k) for m in marks}} for k, km in bk.items()})
+             for b, bm, bk in rule.tiers]
+    # doubt bounds beyond the rule's own: tiers that name ``marks`` only (every other mark's
+    # reading falls through them to the thresholds above the tiers, DecisionRule.thresholds)
+    top = max((b for b, _, _ in rule.tiers), default=-1.0)
+    kinds = sorted({k for _, _, bk in rule.tiers for k in bk})
+    for b, _, _ in chosen.tiers:
+        if b > top:
+            tiers.append((b, {m: own(m, b, None) for m in marks},
+                          {k: {m: own(m, b, k) for m in marks} for k in kinds}))
+    return replace(rule, tiers=tuple(tiers))
 
 
 def hand_bounded(rule, others, kinds):
@@ -171,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiers", default="0,0.015,0.03")
     ap.add_argument("--tier-only", default="written,crossed")
     ap.add_argument("--photo-gate", type=float, default=0.5)
+    ap.add_argument("--cross-calib", action="append", default=[],
+                    help="with --combine mean: a dataset rich in crossings-out (repeat it); "
+                         "the doubt tiers' thresholds for 'crossed' are chosen on it and --calib "
+                         "together, every other mark's on --calib alone")
+    ap.add_argument("--own-tiers", default="",
+                    help="with --cross-calib: more doubt bounds (comma-separated), tiers that name "
+                         "'crossed' only")
     args = ap.parse_args(argv)
     if args.combine == "mean" and not args.calib:
         ap.error("--combine mean needs --calib datasets to choose its rule on")
@@ -182,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                 docs, args.calib, margin=args.margin,
                 tiers=[float(b) for b in args.tiers.split(",") if b.strip()],
                 tier_only=[m for m in args.tier_only.split(",") if m.strip()],
-                photo_gate=args.photo_gate)
+                photo_gate=args.photo_gate, cross_calib=args.cross_calib,
+                own_tiers_extra=[float(b) for b in args.own_tiers.split(",") if b.strip()])
             doc = pack_mean(doc, rule=rule, info=info)
     except SheetcheckError as e:
         print(f"error: {e.message}" + (f"\n{e.hint}" if e.hint else ""), file=sys.stderr)

@@ -9,7 +9,7 @@
 #   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
 #   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # reader-v11's recipe (below)
 #   scripts/reader_recipe.sh pack WORK TAG ID OUT  # the fits TAG-s0,1,2 packed as one model file
-#   RECIPE=v13 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v13 (below)
+#   RECIPE=v14 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v14 (below)
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -90,12 +90,18 @@ WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 # the same; the pack now bounds the hand reader's thresholds by the members' own
 # (pack_committee.hand_bounded). PACK_TIERS=0,0.015,0.03,0.05 etc. packs with other doubt
 # tiers (two more, 0.05 and 0.08, made a confident error on a fresh corpus: session 23).
+# RECIPE=v14 (session 24, the shipped reader): reader-v13, and the crossed-out calibration
+# corpora (CALIB_CROSS, made by `corpora`) as pack_committee.py --cross-calib: the doubt
+# tiers' thresholds of "crossed" chosen on them and CALIB together (tiers 0 to 0.03 and two
+# more for crossed only, 0.05 and 0.08), every other mark's exactly reader-v13's.
 COMBINE=second_opinions
+PACK_CROSS=()
 case ${RECIPE:-v10} in
   v10) ;;
-  v11|v12|v13)
+  v11|v12|v13|v14)
     [ "${RECIPE}" != v11 ] && COMBINE=mean
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
+    [ "${RECIPE}" = v14 ] && PACK_CROSS=("${CALIB_CROSS[@]}")
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
     TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;
   v9) CALIB=("${CALIB_V9[@]}" "${CALIB[@]}"); CALIB_CROSS=() ;;
@@ -103,7 +109,7 @@ case ${RECIPE:-v10} in
        # against when both are fitted on datasets rebuilt with the same code
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default), v13, v12, v11, v9 or v8" >&2; exit 2 ;;
+  *) echo "RECIPE is v10 (the default), v14, v13, v12, v11, v9 or v8" >&2; exit 2 ;;
 esac
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -137,7 +143,7 @@ case $cmd in
     run mkdir -p "$WORK/corp" "$WORK/data"
     for e in "${TRAIN[@]}" "${CALIB[@]}"; do make_one "$WORK" 0 1 $e; done
     for e in "${VAL[@]}"; do make_one "$WORK" 1 1 $e; done
-    for e in "${CALIB_CROSS[@]}"; do make_one "$WORK" 0 1 $e; done
+    for e in "${CALIB_CROSS[@]}" "${PACK_CROSS[@]}"; do make_one "$WORK" 0 1 $e; done
     echo "fit ready $(date +%T)"  # (the fit needs nothing below; `validate` does)
     for e in "${VAL_PHOTOS_ONLY[@]}"; do make_one "$WORK" 1 0 $e; done
     echo "corpora done $(date +%T)"
@@ -164,6 +170,10 @@ case $cmd in
     if [ "$COMBINE" = mean ]; then
       args+=(--combine mean --tiers "${PACK_TIERS:-0,0.015,0.03}")
       for n in $(names "${CALIB[@]}" "${CALIB_CROSS[@]}"); do args+=(--calib "$WORK/data/$n.npz"); done
+      if [ ${#PACK_CROSS[@]} -gt 0 ]; then
+        for n in $(names "${PACK_CROSS[@]}"); do args+=(--cross-calib "$WORK/data/$n.npz"); done
+        args+=(--own-tiers "${PACK_OWN_TIERS:-0.05,0.08}")
+      fi
     fi
     run "$PY" "$ROOT/scripts/pack_committee.py" "${args[@]}" \
       "$WORK/fits/$TAG-s0.json" "$WORK/fits/$TAG-s1.json" "$WORK/fits/$TAG-s2.json"

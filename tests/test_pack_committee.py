@@ -115,3 +115,91 @@ def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, 
     with pytest.raises(SystemExit):
         pack.main([str(v7), str(v5), "--id", "x", "--out", str(tmp_path / "x.json"),
                    "--combine", "mean"])  # (no --calib)
+
+
+def test_own_tiers_replace_only_the_own_marks_thresholds_with_floors_under_them():
+    """pack_committee.own_tiers (reader-v14): the thresholds of "crossed" in every tier and
+    kind come from the rule chosen on more rows, never looser than the floors; a doubt bound
+    beyond the rule's own tiers names "crossed" only, so every other mark read on such a photo
+    falls through to the rule above the tiers."""
+    from vision.learned import DecisionRule
+    from vision.marks import MARKS
+
+    pack = _script()
+    never = {"hand_min": 1.01, "learned_min": 1.01, "learned_alone": 1.01, "hand_floor": 1.01}
+    t = lambda hm, lm, la, hf: {"hand_min": hm, "learned_min": lm, "learned_alone": la, "hand_floor": hf}  # noqa: E731
+    loose, strict = t(0.97, 0.99, 0.995, 0.5), t(0.995, 0.999, 0.9995, 0.99)
+    base = {m: dict(strict) for m in MARKS} | {"crossed": dict(never)}
+    rule = DecisionRule(0.999, 0.9995, 1.01, 0.999, 0.5, by_mark=base, tiers=(
+        (0.0, {m: dict(loose) for m in MARKS} | {"crossed": dict(never)},
+         {"box": {m: dict(loose) for m in MARKS} | {"crossed": dict(never)}}),
+        (0.03, {m: dict(loose) for m in MARKS} | {"crossed": dict(never)},
+         {"box": {m: dict(loose) for m in MARKS} | {"crossed": dict(never)}})))
+    chosen = DecisionRule(0.5, 0.5, 1.01, 0.5, 0.5, by_mark=base, tiers=(
+        (0.0, {"crossed": t(0.9, 0.98, 1.01, 0.9), "red": t(0.5, 0.9, 0.9, 0.5)}, {}),
+        (0.03, {"crossed": t(0.97, 0.999, 1.01, 0.97)}, {"box": {"crossed": t(0.99, 0.998, 1.01, 0.99)}}),
+        (0.08, {"crossed": t(0.99, 0.999, 1.01, 0.99)}, {}),
+        (0.2, {"crossed": dict(never)}, {})))
+    out = pack.own_tiers(rule, chosen, ("crossed",))
+    assert [b for b, _, _ in out.tiers] == [0.0, 0.03, 0.08, 0.2]
+    # floors: the hand reader at least 0.97, the learned reader at least 0.995
+    assert out.thresholds("crossed", 0.0, "box") == (0.97, 0.995, 1.01, 0.97)
+    assert out.thresholds("crossed", 0.02, None) == (0.97, 0.999, 1.01, 0.97)
+    assert out.thresholds("crossed", 0.02, "box") == (0.99, 0.998, 1.01, 0.99)
+    assert out.thresholds("crossed", 0.05, "box") == (0.99, 0.999, 1.01, 0.99)
+    assert all(v > 1.0 for v in out.thresholds("crossed", 0.1, "box"))  # "never" stays never
+    assert all(v > 1.0 for v in out.thresholds("crossed", None, "box"))
+    # every other mark exactly as before, in the tiers (the chosen rule's "red" is not taken)
+    # and beyond them
+    for doubt in (None, 0.0, 0.02, 0.05, 0.1, 0.5):
+        for kind in ("box", "symbol", None):
+            for m in MARKS:
+                if m != "crossed":
+                    assert out.thresholds(m, doubt, kind) == rule.thresholds(m, doubt, kind)
+    assert out.thresholds("red", 0.05, "box") == tuple(strict.values())
+
+
+def test_pack_with_crossed_out_calibration_rows_changes_only_crossed(tmp_path, capsys):
+    """--cross-calib: the rule of every mark but "crossed" is the one chosen without it; the
+    model file records what crossed's thresholds were chosen on."""
+    import shutil
+    import sys
+
+    from vision.marks import MARKS
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import reader_dataset
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for stem in ("crypts-1-easy-s1", "reefs-1-typical-s8"):
+        for ext in (".jpg", ".truth.json"):
+            shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", photos)
+    rows = tmp_path / "calib.npz"
+    assert reader_dataset.main([str(photos), "--out", str(rows), "--workers", "1",
+                                "--tone", "off"]) == 0
+    pack = _script()
+    v5, v7 = MODEL_DIR / "reader-v5.json", MODEL_DIR / "reader-v7.json"
+    common = [str(v7), str(v5), "--id", "reader-m", "--combine", "mean", "--calib", str(rows)]
+    assert pack.main(common + ["--out", str(tmp_path / "a.json")]) == 0
+    assert pack.main(common + ["--out", str(tmp_path / "b.json"), "--cross-calib", str(rows),
+                               "--own-tiers", "0.05"]) == 0
+    capsys.readouterr()
+    a, b = load_model(tmp_path / "a.json"), load_model(tmp_path / "b.json")
+    info = b.meta["mean_rule"]
+    assert [c["path"] for c in info["cross_calibration"]] == [str(rows)]
+    assert info["own_tiers"] == [0.0, 0.015, 0.03, 0.05]
+    assert info["own_floor"] == {"hand_min": 0.97, "learned_min": 0.995}
+    assert set(info["own_marks"]) == {"crossed"}
+    assert info["other_marks_confident_errors_on_cross_calibration"] >= 0
+    for doubt in (None, 0.0, 0.01, 0.03, 0.04, 0.2):
+        for kind in ("box", "symbol", None):
+            for m in MARKS:
+                if m != "crossed":
+                    assert b.rule.thresholds(m, doubt, kind) == a.rule.thresholds(m, doubt, kind)
+            hm, lm, _, hf = b.rule.thresholds("crossed", doubt, kind)
+            assert hm > 1.0 or (hm >= 0.97 and lm >= 0.995 and hf >= 0.97)
+    # without tiers there is nothing to choose crossed's thresholds in
+    assert pack.main(common + ["--out", str(tmp_path / "c.json"), "--cross-calib", str(rows),
+                               "--tiers", ""]) == 2
+    assert "--cross-calib chooses thresholds in the doubt tiers" in capsys.readouterr().err
