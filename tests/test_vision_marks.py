@@ -780,3 +780,50 @@ def test_the_hue_neighbours_of_a_pencil_the_photo_shows_no_mark_of_are_flagged()
     assert _check_missing_pencils(dict(base), everyone, 0.97) == base
     prior = Palette("p", cols)  # (no calibration: no evidence for any pencil)
     assert _check_missing_pencils(dict(base), prior, 0.97) == base
+
+
+def test_an_empty_reading_of_a_region_nearly_all_print_is_flagged():
+    """_check_hidden_by_print: an "empty" reading rests on the pixels clear of print; where
+    they are under 12 % of the outline (a Reefs whirlpool's spiral) a crossing-out over the
+    print may not show, so a confident "empty" there is flagged; marks, flagged readings and
+    regions with room to see are left alone."""
+    from types import SimpleNamespace
+
+    from vision.marks import HIDDEN_BY_PRINT_SHARE, RegionReading, _check_hidden_by_print
+
+    def reading(rid, mark, review=False):
+        return RegionReading(rid, "whirlpool", mark, 0.6 if review else 0.995, review,
+                             ((mark, 0.995),), {}, "")
+
+    regions = [SimpleNamespace(id=k) for k in "abcd"]
+    base = {"a": reading("a", "empty"), "b": reading("b", "blue"),
+            "c": reading("c", "empty", True), "d": reading("d", "empty")}
+    f = SimpleNamespace(n=np.array([60.0, 60.0, 60.0, 400.0]))
+    model = SimpleNamespace(outline_area=np.array([1000.0, 1000.0, 1000.0, 1000.0]), area=None)
+    out = _check_hidden_by_print(dict(base), regions, f, model, 0.97)
+    assert out["a"].review and out["a"].mark == "empty" and out["a"].confidence < 0.97
+    assert out["a"].reason.startswith("mostly print (6% of the region clear of it)")
+    assert out["a"].features["clear_share"] == pytest.approx(0.06)
+    assert out["b"] == base["b"] and out["c"] == base["c"] and out["d"] == base["d"]
+    assert 0.06 < HIDDEN_BY_PRINT_SHARE < 0.15  # (whirlpools 5-7 % clear; symbols >= 15 %)
+
+
+def test_whirlpools_read_empty_on_a_real_photo_are_flagged_and_nothing_else_for_it():
+    """On a bundled Reefs photo: every whirlpool read "empty" is flagged (its spiral leaves
+    too little clear), with that reason and its clear share; no other kind is."""
+    from pathlib import Path
+
+    from vision.pipeline import read_photo
+
+    # (Reefs level 2 has the whirlpools)
+    photo = Path(__file__).resolve().parents[1] / "sample_photos" / "reefs-2-typical-s9.jpg"
+    reading = read_photo(photo)
+    whirl = {k: r for k, r in reading.readings.items() if r.kind == "whirlpool"}
+    assert whirl, "the sheet has whirlpools"
+    empties = [r for r in whirl.values() if r.mark == "empty"]
+    assert empties
+    for r in empties:
+        assert r.review
+    hidden = [r for r in reading.readings.values() if r.reason.startswith("mostly print")]
+    assert hidden and {r.kind for r in hidden} == {"whirlpool"}
+    assert all(r.features["clear_share"] < 0.12 for r in hidden)
