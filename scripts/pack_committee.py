@@ -100,14 +100,17 @@ def _args(cat: dict) -> tuple:
 
 def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[float],
               tier_only: list[str], photo_gate: float, cross_calib: list[str] = (),
-              own_marks: tuple[str, ...] = ("crossed",), own_tiers_extra: list[float] = ()):
+              own_marks: tuple[str, ...] = ("crossed",), own_tiers_extra: list[float] = (),
+              extra_tier_marks: tuple[str, ...] = ()):
     """The rule of a committee that reads as one (``--combine mean``), chosen on the members'
     averaged probabilities over the ``calib`` datasets, and what it was chosen on.
 
     With ``cross_calib`` (datasets rich in crossings-out, calibration only), the thresholds
     of ``own_marks`` in the doubt tiers are chosen again on the ``calib`` and ``cross_calib``
     rows together (:func:`own_tiers`); every other mark keeps the thresholds chosen on
-    ``calib`` alone, so that the extra rows cannot change how colours and empties read."""
+    ``calib`` alone, so that the extra rows cannot change how colours and empties read, except
+    that ``extra_tier_marks`` get thresholds, chosen on the same rows, in the tiers of
+    ``own_tiers_extra`` (photos in more doubt than the rule's own tiers hold)."""
     import numpy as np
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -135,24 +138,36 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
         if not tiers:
             raise ReaderModelError("--cross-calib chooses thresholds in the doubt tiers: give "
                                    "--tiers too.")
+        unknown = sorted(set(extra_tier_marks) - set(MARKS))
+        if unknown:
+            raise ReaderModelError(f"--extra-tier-marks names no mark: {', '.join(unknown)}.",
+                                   hint=f"Marks are {', '.join(MARKS)}.")
         xc = _rows(members, cross_calib, want)
         both = {k: np.concatenate([cat[k], xc[k]]) for k in cat}
         chosen, _ = tr.choose_tiers(untiered, *_args(both), both["kind"],
                                     bounds=sorted(set(tiers) | set(own_tiers_extra)), margin=margin)
-        rule = own_tiers(rule, chosen, own_marks)
+        before = rule
+        rule = own_tiers(rule, chosen, own_marks, extra_tier_marks)
         mark_l = both["p"].argmax(axis=1)
-        sure, ok = tr.rule_outcome(rule, both["p"], mark_l, both["hand"], both["c_h"],
+
+        def outcome(r):
+            return tr.rule_outcome(r, both["p"], mark_l, both["hand"], both["c_h"],
                                    both["pconf"], both["y"], both["doubt"], both["kind"])
-        mine = np.isin(mark_l, [MARKS.index(m) for m in own_marks])
-        if np.any(sure & ~ok & mine):
-            raise SystemExit("mean_rule: a confident error of an own mark on the rows its "
-                             "thresholds were chosen on (a bug)")
+
+        sure, ok = outcome(rule)
+        sure_before, _ = outcome(before)
+        if np.any(sure & ~ok & ~sure_before):
+            raise SystemExit("mean_rule: the thresholds chosen on the crossed-out rows made a "
+                             "confident error on the rows they were chosen on (a bug)")
         for m in own_marks:
             sel = mark_l == MARKS.index(m)
             own[m] = {"readings": int(sel.sum()), "confident": int((sure & sel).sum())}
+        extra = {m: {"confident_gained": int((sure & ~sure_before
+                                              & (mark_l == MARKS.index(m))).sum())}
+                 for m in extra_tier_marks}
         # (the other marks' thresholds were chosen on --calib alone: their confident errors
         # on the crossed-out rows, if any, are recorded, not hidden)
-        others_wrong = int((sure & ~ok & ~mine)[len(cat["y"]):].sum())
+        others_wrong = int((sure & ~ok)[len(cat["y"]):].sum())
     sure, ok = tr.rule_outcome(rule, cat["p"], cat["p"].argmax(axis=1), cat["hand"], cat["c_h"],
                                cat["pconf"], cat["y"], cat["doubt"], cat["kind"])
     if np.any(sure & ~ok):
@@ -173,6 +188,8 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
         info["own_floor"] = {"hand_min": OWN_HAND_MIN, "learned_min": OWN_LEARNED_MIN}
         info["own_marks"] = own
         info["other_marks_confident_errors_on_cross_calibration"] = others_wrong
+        if extra_tier_marks:
+            info["extra_tier_marks"] = extra
     return rule, info
 
 
@@ -186,7 +203,7 @@ OWN_HAND_MIN = 0.97
 OWN_LEARNED_MIN = 0.995
 
 
-def own_tiers(rule, chosen, marks):
+def own_tiers(rule, chosen, marks, extra_marks=()):
     """``rule`` with the thresholds of ``marks``, in every doubt tier and region kind, taken
     from ``chosen`` (a rule whose tiers were chosen on more rows), the hand reader's side at
     least :data:`OWN_HAND_MIN`. ``rule`` names every kind and mark in every tier
@@ -196,7 +213,11 @@ def own_tiers(rule, chosen, marks):
     rows held enough crossings-out to choose thresholds on (``MARK_MIN_READINGS``), and
     :func:`hand_bounded` inherits that "never": every crossing-out was flagged (session 23).
     Choosing the whole rule on the crossed-out corpora too made the other marks' thresholds
-    stricter (more flags on seven datasets); here only ``marks`` change."""
+    stricter (more flags on seven datasets); here only ``marks`` change.
+
+    ``extra_marks`` are named too in the tiers beyond the rule's own (``chosen``'s larger doubt
+    bounds), with the same floors, and never looser than the rule's own last tier asks of the
+    same kind and mark (a photo in more doubt is never read more loosely)."""
     def own(m, doubt, kind):
         t = dict(zip(THRESHOLD_NAMES, (float(v) for v in chosen.thresholds(m, doubt, kind))))
         if t["learned_min"] > 1.0 and t["learned_alone"] > 1.0:
@@ -213,10 +234,19 @@ def own_tiers(rule, chosen, marks):
     # reading falls through them to the thresholds above the tiers, DecisionRule.thresholds)
     top = max((b for b, _, _ in rule.tiers), default=-1.0)
     kinds = sorted({k for _, _, bk in rule.tiers for k in bk})
+
+    def beyond(m, doubt, kind):
+        t = own(m, doubt, kind)
+        if m in marks:
+            return t
+        last = rule.thresholds(m, top, kind)  # (the rule's own last tier)
+        return {k: max(v, float(last[j])) for j, (k, v) in enumerate(t.items())}
+
+    named = tuple(marks) + tuple(m for m in extra_marks if m not in marks)
     for b, _, _ in chosen.tiers:
         if b > top:
-            tiers.append((b, {m: own(m, b, None) for m in marks},
-                          {k: {m: own(m, b, k) for m in marks} for k in kinds}))
+            tiers.append((b, {m: beyond(m, b, None) for m in named},
+                          {k: {m: beyond(m, b, k) for m in named} for k in kinds}))
     return replace(rule, tiers=tuple(tiers))
 
 
@@ -280,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --combine mean: a dataset rich in crossings-out (repeat it); "
                          "the doubt tiers' thresholds for 'crossed' are chosen on it and --calib "
                          "together, every other mark's on --calib alone")
+    ap.add_argument("--extra-tier-marks", default="",
+                    help="with --own-tiers: marks (comma-separated, e.g. empty) named in those "
+                         "tiers too, never looser than in the rule's own last tier")
     ap.add_argument("--own-tiers", default="",
                     help="with --cross-calib: more doubt bounds (comma-separated), tiers that name "
                          "'crossed' only")
@@ -295,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                 tiers=[float(b) for b in args.tiers.split(",") if b.strip()],
                 tier_only=[m for m in args.tier_only.split(",") if m.strip()],
                 photo_gate=args.photo_gate, cross_calib=args.cross_calib,
-                own_tiers_extra=[float(b) for b in args.own_tiers.split(",") if b.strip()])
+                own_tiers_extra=[float(b) for b in args.own_tiers.split(",") if b.strip()],
+                extra_tier_marks=tuple(m for m in args.extra_tier_marks.split(",") if m.strip()))
             doc = pack_mean(doc, rule=rule, info=info)
     except SheetcheckError as e:
         print(f"error: {e.message}" + (f"\n{e.hint}" if e.hint else ""), file=sys.stderr)

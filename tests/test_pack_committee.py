@@ -203,3 +203,48 @@ def test_pack_with_crossed_out_calibration_rows_changes_only_crossed(tmp_path, c
     assert pack.main(common + ["--out", str(tmp_path / "c.json"), "--cross-calib", str(rows),
                                "--tiers", ""]) == 2
     assert "--cross-calib chooses thresholds in the doubt tiers" in capsys.readouterr().err
+    assert pack.main(common + ["--out", str(tmp_path / "d.json"), "--cross-calib", str(rows),
+                               "--own-tiers", "0.05", "--extra-tier-marks", "emtpy"]) == 2
+    assert "--extra-tier-marks names no mark: emtpy" in capsys.readouterr().err
+    # "empty" named in the extra tier: in the rule's own tiers, as without it
+    assert pack.main(common + ["--out", str(tmp_path / "e.json"), "--cross-calib", str(rows),
+                               "--own-tiers", "0.05", "--extra-tier-marks", "empty"]) == 0
+    e = load_model(tmp_path / "e.json")
+    assert set(e.meta["mean_rule"]["extra_tier_marks"]) == {"empty"}
+    for doubt in (0.0, 0.01, 0.03, 0.2, None):
+        assert e.rule.thresholds("empty", doubt, "box") == b.rule.thresholds("empty", doubt, "box")
+    assert all(x >= y for x, y in zip(e.rule.thresholds("empty", 0.04, "box"),
+                                      b.rule.thresholds("empty", 0.03, "box")))
+
+
+def test_extra_tier_marks_are_named_in_the_tiers_beyond_the_rules_own_never_looser():
+    """own_tiers(..., extra_marks=("empty",)) (reader-v15): "empty" gets thresholds in the
+    tiers beyond the rule's own (floored, and never looser than the rule's last tier asks of
+    the same kind), and keeps the rule's own thresholds in its own tiers and above them."""
+    from vision.learned import DecisionRule
+    from vision.marks import MARKS
+
+    pack = _script()
+    never = {"hand_min": 1.01, "learned_min": 1.01, "learned_alone": 1.01, "hand_floor": 1.01}
+    t = lambda hm, lm, la, hf: {"hand_min": hm, "learned_min": lm, "learned_alone": la, "hand_floor": hf}  # noqa: E731
+    loose, strict = t(0.97, 0.99, 0.995, 0.5), t(0.995, 0.999, 0.9995, 0.99)
+    base = {m: dict(strict) for m in MARKS} | {"crossed": dict(never)}
+    tier03 = {m: dict(loose) for m in MARKS} | {"crossed": dict(never),
+                                                  "empty": t(0.99, 0.997, 0.999, 0.9)}
+    rule = DecisionRule(0.999, 0.9995, 1.01, 0.999, 0.5, by_mark=base, tiers=(
+        (0.03, tier03, {"symbol": {**tier03, "empty": t(0.99, 0.998, 0.9995, 0.99)}}),))
+    chosen = DecisionRule(0.5, 0.5, 1.01, 0.5, 0.5, by_mark=base, tiers=(
+        (0.03, {"crossed": t(0.97, 0.999, 1.01, 0.97), "empty": t(0.9, 0.99, 0.99, 0.5)}, {}),
+        (0.08, {"crossed": t(0.99, 0.999, 1.01, 0.99), "empty": t(0.995, 0.995, 0.9995, 0.99),
+                "red": t(0.5, 0.9, 0.9, 0.5)}, {})))
+    out = pack.own_tiers(rule, chosen, ("crossed",), ("empty",))
+    assert [b for b, _, _ in out.tiers] == [0.03, 0.08]
+    # in the rule's own tier and above the tiers, "empty" is untouched
+    for doubt, kind in ((0.0, "box"), (0.03, "symbol"), (0.2, None), (None, "box")):
+        assert out.thresholds("empty", doubt, kind) == rule.thresholds("empty", doubt, kind)
+    # beyond: the chosen thresholds, never looser than the last tier of the same kind
+    assert out.thresholds("empty", 0.05, "box") == (0.995, 0.997, 0.9995, 0.99)
+    assert out.thresholds("empty", 0.05, "symbol") == (0.995, 0.998, 0.9995, 0.99)
+    # a mark not named (red) falls through to the thresholds above the tiers
+    assert out.thresholds("red", 0.05, "box") == tuple(strict.values())
+    assert out.thresholds("crossed", 0.05, "box") == (0.99, 0.999, 1.01, 0.99)
