@@ -21,6 +21,26 @@ def _script():
     return mod
 
 
+def _sample_rows(tmp_path, stems) -> Path:
+    """scripts/reader_dataset.py rows of bundled sample photos (read without the tone
+    correction, as reader-v5 and reader-v7 were fitted)."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import reader_dataset
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for stem in stems:
+        for ext in (".jpg", ".truth.json"):
+            shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", photos)
+    rows = tmp_path / "calib.npz"
+    assert reader_dataset.main([str(photos), "--out", str(rows), "--workers", "1",
+                                "--tone", "off"]) == 0
+    return rows
+
+
 def test_pack_two_fits_into_a_committee_that_loads(tmp_path, capsys):
     pack = _script()
     v5, v7 = MODEL_DIR / "reader-v5.json", MODEL_DIR / "reader-v7.json"
@@ -55,25 +75,12 @@ def test_pack_refuses_one_model_and_a_committee_of_committees(tmp_path, capsys):
 def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, capsys):
     """--combine mean: one rule chosen on the members' averaged probabilities over the
     calibration rows; loaded, the reader's verdicts on a photo are the dataset's."""
-    import shutil
-    import sys
-
     from vision.learned import MEAN_FORMAT
     from vision.marks import MARKS
     from vision.pipeline import read_photo
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import committee_check
-    import reader_dataset
-
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for stem in ("crypts-1-easy-s1", "reefs-1-typical-s8", "crypts-2-typical-s2"):
-        for ext in (".jpg", ".truth.json"):
-            shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", photos)
-    rows = tmp_path / "calib.npz"
-    assert reader_dataset.main([str(photos), "--out", str(rows), "--workers", "1",
-                                "--tone", "off"]) == 0
+    rows = _sample_rows(tmp_path, ("crypts-1-easy-s1", "reefs-1-typical-s8", "crypts-2-typical-s2"))
+    import committee_check  # (scripts/ is on the path since _sample_rows)
     pack = _script()
     v5, v7 = MODEL_DIR / "reader-v5.json", MODEL_DIR / "reader-v7.json"
     out = tmp_path / "one.json"
@@ -162,22 +169,9 @@ def test_own_tiers_replace_only_the_own_marks_thresholds_with_floors_under_them(
 def test_pack_with_crossed_out_calibration_rows_changes_only_crossed(tmp_path, capsys):
     """--cross-calib: the rule of every mark but "crossed" is the one chosen without it; the
     model file records what crossed's thresholds were chosen on."""
-    import shutil
-    import sys
-
     from vision.marks import MARKS
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import reader_dataset
-
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for stem in ("crypts-1-easy-s1", "reefs-1-typical-s8"):
-        for ext in (".jpg", ".truth.json"):
-            shutil.copy(ROOT / "sample_photos" / f"{stem}{ext}", photos)
-    rows = tmp_path / "calib.npz"
-    assert reader_dataset.main([str(photos), "--out", str(rows), "--workers", "1",
-                                "--tone", "off"]) == 0
+    rows = _sample_rows(tmp_path, ("crypts-1-easy-s1", "reefs-1-typical-s8"))
     pack = _script()
     v5, v7 = MODEL_DIR / "reader-v5.json", MODEL_DIR / "reader-v7.json"
     common = [str(v7), str(v5), "--id", "reader-m", "--combine", "mean", "--calib", str(rows)]
