@@ -9,7 +9,7 @@
 #   DROP='ev_ring_*,open_*' scripts/reader_recipe.sh fit WORK SEED TAG   # leave more columns out
 #   RECIPE=v11 scripts/reader_recipe.sh corpora|fit ...   # reader-v11's recipe (below)
 #   scripts/reader_recipe.sh pack WORK TAG ID OUT  # the fits TAG-s0,1,2 packed as one model file
-#   RECIPE=v14 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v14 (below)
+#   RECIPE=v15 scripts/reader_recipe.sh corpora|fit|pack ...   # the shipped reader-v15 (below)
 #
 # The fit is reader-v10's recipe (session 16): reader-v9's training (session 15: reader-v8's
 # datasets, plus train30000, varied90000 and the two crossings-out corpora at weight 0.4),
@@ -90,18 +90,23 @@ WEIGHTS=("cross70000=0.4" "cross89000=0.4")
 # the same; the pack now bounds the hand reader's thresholds by the members' own
 # (pack_committee.hand_bounded). PACK_TIERS=0,0.015,0.03,0.05 etc. packs with other doubt
 # tiers (two more, 0.05 and 0.08, made a confident error on a fresh corpus: session 23).
-# RECIPE=v14 (session 24, the shipped reader): reader-v13, and the crossed-out calibration
+# RECIPE=v14 (session 24): reader-v13, and the crossed-out calibration
 # corpora (CALIB_CROSS, made by `corpora`) as pack_committee.py --cross-calib: the doubt
 # tiers' thresholds of "crossed" chosen on them and CALIB together (tiers 0 to 0.03 and two
 # more for crossed only, 0.05 and 0.08), every other mark's exactly reader-v13's.
+# RECIPE=v15 (session 24, the shipped reader): reader-v14, and "empty" named in its two
+# crossed-only tiers too (pack_committee.py --extra-tier-marks empty): thresholds chosen on
+# the same rows, never looser than in the tier at 0.03.
 COMBINE=second_opinions
 PACK_CROSS=()
+PACK_EXTRA=""
 case ${RECIPE:-v10} in
   v10) ;;
-  v11|v12|v13|v14)
+  v11|v12|v13|v14|v15)
     [ "${RECIPE}" != v11 ] && COMBINE=mean
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
-    [ "${RECIPE}" = v14 ] && PACK_CROSS=("${CALIB_CROSS[@]}")
+    case $RECIPE in v14|v15) PACK_CROSS=("${CALIB_CROSS[@]}") ;; esac
+    [ "${RECIPE}" = v15 ] && PACK_EXTRA=empty
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=()
     TONE=${TONE:-on}; DROP=${DROP:-'ev_ring_*,open_*'} ;;
   v9) CALIB=("${CALIB_V9[@]}" "${CALIB[@]}"); CALIB_CROSS=() ;;
@@ -109,7 +114,7 @@ case ${RECIPE:-v10} in
        # against when both are fitted on datasets rebuilt with the same code
     TRAIN=("${TRAIN[@]:0:6}"); WEIGHTS=()
     CALIB=("${CALIB_V9[@]}" "${CALIB[@]:0:4}"); CALIB_CROSS=() ;;
-  *) echo "RECIPE is v10 (the default), v14, v13, v12, v11, v9 or v8" >&2; exit 2 ;;
+  *) echo "RECIPE is v10 (the default), v15, v14, v13, v12, v11, v9 or v8" >&2; exit 2 ;;
 esac
 
 names() { for e in "$@"; do echo "${e%% *}"; done; }
@@ -173,6 +178,7 @@ case $cmd in
       if [ ${#PACK_CROSS[@]} -gt 0 ]; then
         for n in $(names "${PACK_CROSS[@]}"); do args+=(--cross-calib "$WORK/data/$n.npz"); done
         args+=(--own-tiers "${PACK_OWN_TIERS:-0.05,0.08}")
+        [ -n "$PACK_EXTRA" ] && args+=(--extra-tier-marks "$PACK_EXTRA")
       fi
     fi
     run "$PY" "$ROOT/scripts/pack_committee.py" "${args[@]}" \

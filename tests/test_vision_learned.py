@@ -255,7 +255,7 @@ def test_the_reading_says_which_readers_decided():
     assert both["readers"] == ["hand", "learned"] and both["model"] == default_model().meta["id"]
     assert both["decision"]["learned_alone"] == default_model().rule.learned_alone
     assert both["second_opinions"] == [m.meta["id"] for m in default_model().committee]
-    assert both["second_opinions"] == ["reader-v14.2", "reader-v14.3"]
+    assert both["second_opinions"] == ["reader-v15.2", "reader-v15.3"]
     assert both["combine"] == "mean"  # (reader-v12 on: one rule on the members' mean)
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
@@ -467,17 +467,19 @@ def test_reader_v13_is_reader_v11s_three_fits_read_as_one():
     assert not np.allclose(model.committee[0].raw_scores(X), model.raw_scores(X), atol=1e-3)
 
 
-def test_the_default_reader_v14_is_reader_v13_with_thresholds_for_crossings_out():
-    """reader-v14 (the default since session 24, docs/EVALUATION.md): reader-v13's trees and
-    rule, and "crossed" confident in the doubt tiers (up to 0.08) when the hand reader is at
-    least 0.97 and the learned reader at least 0.995 sure, as chosen on the calibration rows
-    and four crossed-out corpora; every other mark reads exactly as with reader-v13."""
+def test_the_default_reader_v15_is_reader_v13_with_crossings_out_and_empties_in_more_tiers():
+    """reader-v15 (the default since session 24, docs/EVALUATION.md): reader-v13's trees and
+    rule; "crossed" confident in the doubt tiers (up to 0.08) when the hand reader is at least
+    0.97 and the learned reader at least 0.995 sure, as chosen on the calibration rows and
+    four crossed-out corpora (reader-v14, in git history); and "empty" named in the two tiers
+    beyond reader-v13's (0.05, 0.08), chosen on the same rows, never looser than in the tier
+    at 0.03. Every other reading is judged exactly as by reader-v13."""
     from vision.learned import MEAN_FORMAT
-    assert DEFAULT_MODEL.name == "reader-v14.json"
+    assert DEFAULT_MODEL.name == "reader-v15.json"
     model, v13 = default_model(), load_model(MODEL_DIR / "reader-v13.json")
     assert json.loads(DEFAULT_MODEL.read_text())["format"] == MEAN_FORMAT
-    assert model.meta["id"] == "reader-v14" and model.combine == "mean"
-    assert [m.meta["id"] for m in model.committee] == ["reader-v14.2", "reader-v14.3"]
+    assert model.meta["id"] == "reader-v15" and model.combine == "mean"
+    assert [m.meta["id"] for m in model.committee] == ["reader-v15.2", "reader-v15.3"]
     X, want = _check_rows()
     for a, b in zip((model,) + model.committee, (v13,) + v13.committee):
         np.testing.assert_array_equal(a.raw_scores(X), b.raw_scores(X))
@@ -486,14 +488,23 @@ def test_the_default_reader_v14_is_reader_v13_with_thresholds_for_crossings_out(
     assert info["calibration"] == v13.meta["mean_rule"]["calibration"]
     assert len(info["cross_calibration"]) == 4 and info["own_tiers"][-2:] == [0.05, 0.08]
     assert info["own_marks"]["crossed"]["confident"] > 1000
+    assert info["extra_tier_marks"]["empty"]["confident_gained"] > 1000
     kinds = ("box", "connection", "symbol", "treasure", "number_field", "entry_point", "star", None)
     doubts = (None, 0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.07, 0.08, 0.1, 0.2, 1.0)
     for doubt in doubts:
+        beyond = doubt is not None and 0.03 < doubt <= 0.08
         for kind in kinds:
             for mark in MARKS:
-                if mark != "crossed":
-                    assert model.rule.thresholds(mark, doubt, kind) == \
-                        v13.rule.thresholds(mark, doubt, kind), (mark, doubt, kind)
+                if mark == "crossed" or (mark == "empty" and beyond):
+                    continue
+                assert model.rule.thresholds(mark, doubt, kind) == \
+                    v13.rule.thresholds(mark, doubt, kind), (mark, doubt, kind)
+            if beyond:
+                # empty: never looser than in the tier at 0.03, floored like crossed
+                hm, lm, la, hf = model.rule.thresholds("empty", doubt, kind)
+                at03 = v13.rule.thresholds("empty", 0.03, kind)
+                assert all(x >= y for x, y in zip((hm, lm, la, hf), at03)), (doubt, kind)
+                assert min(hm, hf) >= 0.97 and min(lm, la) >= 0.995
             hm, lm, la, hf = model.rule.thresholds("crossed", doubt, kind)
             assert all(v > 1.0 for v in v13.rule.thresholds("crossed", doubt, kind))
             if doubt is None or doubt > 0.08:
