@@ -85,8 +85,9 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     assert reader_dataset.seed_allowed(2100299)     # spent in session 24 (default painter)
     assert reader_dataset.seed_allowed(2200119)     # crossed out at 0.3, read in session 24
     assert not reader_dataset.seed_allowed(2200120) and not reader_dataset.seed_allowed(2100300)
-    assert not reader_dataset.seed_allowed(2300000)  # the next fresh measurement: never
-    assert not reader_dataset.seed_allowed(1180000)  # the next held-out one: never
+    assert reader_dataset.seed_allowed(2300299) and reader_dataset.seed_allowed(1180119)
+    assert not reader_dataset.seed_allowed(2400000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(1190000)  # the next held-out one: never
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
     # train_reader refuses their painter for calibration, below)
     assert reader_dataset.seed_allowed(1150119) and reader_dataset.seed_allowed(1170000)
@@ -104,7 +105,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [2300001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [2400001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):  # (spent since session 24, held-out)
@@ -243,12 +244,12 @@ def test_a_corpus_whose_every_photo_is_refused_gives_a_clear_error_and_no_file(t
     root = Path(__file__).resolve().parents[1]
     folder = tmp_path / "fresh"
     folder.mkdir()
-    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s2100001.jpg")
+    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s2400001.jpg")
     truth = json.loads((root / "sample_photos" / "crypts-1-easy-s1.truth.json").read_text())
-    truth["seed"] = 2300001  # (the next fresh measurement's: never read for the reader)
-    (folder / "crypts-1-easy-s2100001.truth.json").write_text(json.dumps(truth))
+    truth["seed"] = 2400001  # (the next fresh measurement's: never read for the reader)
+    (folder / "crypts-1-easy-s2400001.truth.json").write_text(json.dumps(truth))
     out = tmp_path / "rows.npz"
     assert reader_dataset.main([str(folder), "--out", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "no photo gave rows (1 skipped: seed 2300001 not allowed" in err
+    assert "no photo gave rows (1 skipped: seed 2400001 not allowed" in err
     assert not out.exists()
