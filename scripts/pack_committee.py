@@ -100,13 +100,13 @@ def _args(cat: dict) -> tuple:
 
 def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[float],
               tier_only: list[str], photo_gate: float, cross_calib: list[str] = (),
-              own_marks: tuple[str, ...] = ("crossed",), own_tiers_extra: list[float] = (),
+              own_tiers_extra: list[float] = (),
               extra_tier_marks: tuple[str, ...] = ()):
     """The rule of a committee that reads as one (``--combine mean``), chosen on the members'
     averaged probabilities over the ``calib`` datasets, and what it was chosen on.
 
     With ``cross_calib`` (datasets rich in crossings-out, calibration only), the thresholds
-    of ``own_marks`` in the doubt tiers are chosen again on the ``calib`` and ``cross_calib``
+    of :data:`OWN_MARKS` in the doubt tiers are chosen again on the ``calib`` and ``cross_calib``
     rows together (:func:`own_tiers`); every other mark keeps the thresholds chosen on
     ``calib`` alone, so that the extra rows cannot change how colours and empties read, except
     that ``extra_tier_marks`` get thresholds, chosen on the same rows, in the tiers of
@@ -147,7 +147,7 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
         chosen, _ = tr.choose_tiers(untiered, *_args(both), both["kind"],
                                     bounds=sorted(set(tiers) | set(own_tiers_extra)), margin=margin)
         before = rule
-        rule = own_tiers(rule, chosen, own_marks, extra_tier_marks)
+        rule = own_tiers(rule, chosen, OWN_MARKS, extra_tier_marks)
         mark_l = both["p"].argmax(axis=1)
 
         def outcome(r):
@@ -159,7 +159,7 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
         if np.any(sure & ~ok & ~sure_before):
             raise SystemExit("mean_rule: the thresholds chosen on the crossed-out rows made a "
                              "confident error on the rows they were chosen on (a bug)")
-        for m in own_marks:
+        for m in OWN_MARKS:
             sel = mark_l == MARKS.index(m)
             own[m] = {"readings": int(sel.sum()), "confident": int((sure & sel).sum())}
         extra = {m: {"confident_gained": int((sure & ~sure_before
@@ -201,12 +201,14 @@ def mean_rule(docs: list[dict], calib: list[str], *, margin: float, tiers: list[
 #: Session 24.)
 OWN_HAND_MIN = 0.97
 OWN_LEARNED_MIN = 0.995
+#: The marks whose tier thresholds ``--cross-calib`` chooses on the crossed-out rows.
+OWN_MARKS = ("crossed",)
 
 
 def own_tiers(rule, chosen, marks, extra_marks=()):
     """``rule`` with the thresholds of ``marks``, in every doubt tier and region kind, taken
-    from ``chosen`` (a rule whose tiers were chosen on more rows), the hand reader's side at
-    least :data:`OWN_HAND_MIN`. ``rule`` names every kind and mark in every tier
+    from ``chosen`` (a rule whose tiers were chosen on more rows), never looser than
+    :data:`OWN_HAND_MIN` and :data:`OWN_LEARNED_MIN`. ``rule`` names every kind and mark in every tier
     (:func:`hand_bounded`); its thresholds above the tiers are kept.
 
     Why: every member's own rule says "never" for "crossed", because no member's calibration

@@ -1,7 +1,7 @@
 """The learned reader: a small classifier over the hand reader's measurements, and the rule
 that turns two readers' opinions into one verdict.
 
-The model (``calibration/models/reader-v13.json``, trained by ``scripts/train_reader.py`` and
+The model (``calibration/models/reader-v15.json``, trained by ``scripts/train_reader.py`` and
 packed by ``scripts/pack_committee.py``; earlier ones ship beside it for comparison,
 docs/EVALUATION.md) maps
 one region's feature row (``vision.marks.FEATURE_NAMES``: photo-normalised measurements, the

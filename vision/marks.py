@@ -1350,7 +1350,7 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
     k_mm = model.dpi / 25.4
     c_sd = max(1.0, float(th.get("paper_chroma_sd", 1.0)))
     l_sd = max(0.5, float(th.get("paper_l_sd", 1.0)))
-    outline = (model.outline_area if model.outline_area is not None else model.area).astype(float)
+    outline = _outline_area(model)
     X = np.zeros((R, len(FEATURE_NAMES)), np.float32)
     col = {n: j for j, n in enumerate(FEATURE_NAMES)}
 
@@ -1363,7 +1363,7 @@ def region_feature_matrix(model: SheetModel, f: _Features, regions, pal: Palette
     put("allows_crossed", ["crossed" in a for a in allowed])
     put("number_box", [("written" in a and not (a & set(PENCIL_COLOURS))) for a in allowed])
     put("log_outline_mm2", np.log1p(outline / k_mm ** 2))
-    put("usable_share", f.n / np.maximum(outline, 1.0))
+    put("usable_share", _clear_share(f, model))
     put("log_pixels", np.log1p(f.n))
     put("x_ok", f.x_ok)
     put("coverage", f.cover)
@@ -1887,6 +1887,17 @@ def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float
     return readings
 
 
+def _outline_area(model) -> np.ndarray:
+    """Each region's outline area in pixels (its whole area where no outline is known)."""
+    return (model.outline_area if model.outline_area is not None else model.area).astype(float)
+
+
+def _clear_share(f: _Features, model) -> np.ndarray:
+    """Each region's pixels read (clear of print) as a share of its outline: the learned
+    reader's ``usable_share`` column, and what :func:`_check_hidden_by_print` judges."""
+    return f.n / np.maximum(_outline_area(model), 1.0)
+
+
 #: An "empty" reading of a region whose pixels clear of print are fewer than this share of its
 #: outline is flagged (:func:`_check_hidden_by_print`).
 HIDDEN_BY_PRINT_SHARE = 0.12
@@ -1907,9 +1918,7 @@ def _check_hidden_by_print(readings: dict, regions, f: _Features, model,
     the next, have at least 15 %), and 153 of their empty readings were confident; those are
     now flagged. The reading keeps its mark; a person looks.
     """
-    outline = (model.outline_area if model.outline_area is not None else model.area).astype(float)
-    n = len(regions)
-    share = np.asarray(f.n[:n], float) / np.maximum(outline[:n], 1.0)
+    share = _clear_share(f, model)
     hit = np.flatnonzero(share < HIDDEN_BY_PRINT_SHARE)
     if hit.size == 0:
         return readings

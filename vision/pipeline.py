@@ -155,7 +155,7 @@ def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
             from vision import marks
             marks.prepare(m)
             # and the sample of the template's black print that the tone correction is
-            # measured on (~50 ms a template; the bundled reader-v13 reads with the correction)
+            # measured on (~50 ms a template; the bundled readers since reader-v11 read with it)
             from vision.light import print_pixels
             print_pixels(m, on=True)
             _models[key] = m
