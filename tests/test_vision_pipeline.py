@@ -137,6 +137,83 @@ def test_a_read_on_two_threads_is_the_read_on_one(easy_crypts, cv2_threads):
         {k: (r.mark, r.confidence, r.review) for k, r in two.readings.items()}
 
 
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_a_read_runs_blas_on_one_thread_and_gives_back_the_limits(easy_crypts, monkeypatch):
+    """OpenBLAS's own pool only competes with the read's threads (vision._geom_threads.
+    blas_one_thread): inside a read every BLAS library is on one thread, after it on what it
+    had before; and the readings are those of a read without the limit (to rounding)."""
+    from threadpoolctl import threadpool_limits
+
+    from vision import _geom_threads, pipeline
+
+    _, _, photo = easy_crypts
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_threads()
+        assert before and all(n == 2 for n in before)
+        seen = []
+        real = pipeline.classify_sheet
+
+        def spy(*a, **kw):
+            seen.append(_blas_threads())
+            return real(*a, **kw)
+
+        monkeypatch.setattr(pipeline, "classify_sheet", spy)
+        limited = read_photo(photo.jpeg, keep_matrix=True)
+        assert seen == [[1] * len(before)]
+        assert _blas_threads() == before
+        import contextlib
+
+        monkeypatch.setattr(pipeline, "blas_one_thread", contextlib.nullcontext())
+        pooled = read_photo(photo.jpeg, keep_matrix=True)
+        assert seen[-1] == before
+    np.testing.assert_allclose(limited.matrix, pooled.matrix, rtol=1e-6, atol=1e-9)
+    for rid, r in limited.readings.items():
+        p = pooled.readings[rid]
+        assert (r.mark, r.review) == (p.mark, p.review), rid
+        assert abs(r.confidence - p.confidence) < 1e-6, rid
+    assert _geom_threads.blas_one_thread._depth == 0
+
+
+def test_blas_is_limited_from_the_main_thread_only_and_nested_entries_are_counted():
+    """OpenBLAS ignores a limit set from another thread, and a restore made there would not
+    take: a read on another thread leaves the limits alone, whether or not the main thread is
+    inside a read; nested entries on the main thread give back the limits on the last exit."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from vision._geom_threads import _BlasOneThread
+
+    gate = _BlasOneThread()
+    with threadpool_limits(limits=2, user_api="blas"):
+        log = []
+
+        def other():
+            with gate:
+                log.append(_blas_threads())
+            log.append(_blas_threads())
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(10)
+        assert log and all(set(x) == {2} for x in log)
+        with gate:
+            with gate:
+                assert set(_blas_threads()) == {1}
+            assert set(_blas_threads()) == {1}
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(10)
+            assert set(_blas_threads()) == {1}
+        assert set(_blas_threads()) == {2}
+        assert gate._depth == 0
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_locates_checks_still_refuse_a_photo_and_their_error_comes_first(easy_crypts, cv2_threads,
                                                                            monkeypatch, threads):

@@ -23,7 +23,7 @@ import numpy as np
 from calibration.template import Template
 from sheetcheck.errors import InputFileError
 from vision.colour import Palette, load_palette
-from vision._geom_threads import start
+from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
 from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
@@ -206,6 +206,16 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         InputFileError, NotAnImageError, CorruptImageError, ImageTooLargeError (decode);
         NoSheetFoundError, SheetCutOffError, UnknownTemplateError, BlurryPhotoError (locate).
     """
+    with blas_one_thread:  # (the read's own threads, not BLAS's: vision._geom_threads)
+        return _read_photo(photo, template_id=template_id, dpi=dpi, palette=palette,
+                           review_threshold=review_threshold, refine=refine,
+                           keep_images=keep_images, label=label, max_long_side=max_long_side,
+                           keep_matrix=keep_matrix, learned=learned)
+
+
+def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, keep_images,
+                label, max_long_side, keep_matrix, learned) -> SheetReading:
+    """:func:`read_photo`'s work (inside its BLAS limit)."""
     from vision.decode import decode_photo, load_photo
     from vision.locate import locate_sheet
     from vision.rectify import rectify_sheet
