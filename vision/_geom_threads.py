@@ -242,6 +242,7 @@ class _BlasOneThread:
     def __init__(self) -> None:
         self._depth = 0
         self._controller = None
+        self._modules = 0
         self._limiter = None
 
     def __enter__(self) -> "_BlasOneThread":
@@ -249,12 +250,14 @@ class _BlasOneThread:
             return self
         if self._depth == 0:
             try:
-                if self._controller is None:
+                if self._controller is None or self._modules != len(sys.modules):
                     from threadpoolctl import ThreadpoolController
 
-                    # (the BLAS libraries loaded by now: numpy's, and scipy's through
-                    # scikit-image, both imported with vision.pipeline)
+                    # the BLAS libraries loaded by now (numpy's, and scipy's through
+                    # scikit-image, both imported with vision.pipeline); looked for again
+                    # (1-2 ms) only when modules were imported since, which may load another
                     self._controller = ThreadpoolController()
+                    self._modules = len(sys.modules)
                 self._limiter = self._controller.limit(limits=1, user_api="blas")
             except Exception:  # noqa: BLE001 - a speed-up only; reads stay correct
                 self._limiter = None
