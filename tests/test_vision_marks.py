@@ -891,6 +891,17 @@ def test_a_stroke_along_a_glyph_is_ink_beside_the_print_and_an_empty_reading_is_
     ink = ink_of(slashed)
     assert ink[ids.index(target)] > 2 * INK_ON_PRINT_EXCESS, ink[ids.index(target)]
     assert np.nanmax(ink[empty & np.isfinite(ink)]) < 0.5 * INK_ON_PRINT_EXCESS
+    # misregistered by a fraction of a pixel up to a pixel and a half (the print guard's
+    # reason to be): the empties stay under the excess, the slash over it
+    for dx, dy in ((0.7, 0.4), (1.0, -0.6), (1.5, 1.0)):
+        def shift(image):
+            return cv2.warpAffine(image, np.float32([[1, 0, dx], [0, 1, dy]]),
+                                  (image.shape[1], image.shape[0]), flags=cv2.INTER_LINEAR,
+                                  borderMode=cv2.BORDER_REPLICATE)
+        ink = ink_of(shift(clean))
+        assert np.nanmax(ink[empty & np.isfinite(ink)]) < INK_ON_PRINT_EXCESS, (dx, dy)
+        ink = ink_of(shift(slashed))
+        assert ink[ids.index(target)] > INK_ON_PRINT_EXCESS, (dx, dy, ink[ids.index(target)])
 
     # the check: only confident empty readings above the excess
     from types import SimpleNamespace
@@ -910,3 +921,35 @@ def test_a_stroke_along_a_glyph_is_ink_beside_the_print_and_an_empty_reading_is_
     # end to end, both readers: the slashed cell is never a confident "empty"
     got = _read(model, slashed, learned="default").readings[target]
     assert got.mark != "empty" or got.review, got
+
+
+def test_ink_beside_the_print_takes_off_a_regions_own_shift_of_the_print():
+    """_print_ink: what a print shifted within one region adds (its blurred darkness'
+    gradient times the shift) is not ink; a darkening on one side of the lines only is."""
+    from types import SimpleNamespace
+
+    from vision.marks import _LUM, _print_ink
+
+    rng = np.random.default_rng(3)
+    n_reg, per = 6, 600
+    lab = np.repeat(np.arange(n_reg), per).astype(np.int32)
+    q = lab.size
+    blur = rng.uniform(0.0, 0.3, (q, 5)).astype(np.float32)
+    grad = rng.normal(0.03, 0.05, (q, 2)).astype(np.float32)  # (no mean 0 in a region)
+    coef = np.array([0.01, 0.2, 0.3, 0.2, 0.1, 0.05])
+    dark = coef[0] + blur @ coef[1:]
+    shift = rng.uniform(-1.5, 1.5, (n_reg, 2))
+    shift[0] = 0.0
+    dark = dark + (grad * shift[lab]).sum(axis=1)
+    one_side = (lab == 5) & (grad[:, 0] > 0)  # region 5: darker on one side of its lines only
+    dark = dark + 0.15 * one_side
+    model = SimpleNamespace(print_pix=np.arange(q), print_label=lab, print_blur=blur,
+                            print_grad=grad, region_ids=tuple(f"r{i}" for i in range(n_reg)))
+    px = np.repeat((1.0 - dark)[:, None], 3, axis=1) / _LUM.sum()
+    calm = np.array([True] * 5 + [False])
+    ink = _print_ink(lambda idx, keep=None: px[idx], model, None, calm)
+    assert np.abs(ink[:5]).max() < 0.005, ink
+    assert ink[5] > 0.03, ink[5]  # (part of it looks like a shift: most stays)
+    without = _print_ink(lambda idx, keep=None: px[idx], SimpleNamespace(**{**vars(model),
+                         "print_grad": None}), None, calm)
+    assert np.abs(without[1:5]).max() > 0.01, without  # (the shifts, not taken off)

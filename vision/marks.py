@@ -217,6 +217,9 @@ class SheetModel:
     print_blur : (Q, len(_PRINT_BLUR_SIGMAS)) float32 ndarray or None
         The render's darkness at each ``print_pix`` blurred by each of ``_PRINT_BLUR_SIGMAS``:
         what the print alone can put there on a photo.
+    print_grad : (Q, 2) float32 ndarray or None
+        The x and y gradient of the render's darkness blurred by ``_PRINT_GRAD_SIGMA``, at
+        each ``print_pix``: what a print shifted by a fraction of a pixel adds there.
     """
 
     template: Template
@@ -254,11 +257,15 @@ class SheetModel:
     print_pix: np.ndarray | None = None
     print_label: np.ndarray | None = None
     print_blur: np.ndarray | None = None
+    print_grad: np.ndarray | None = None
 
 
 #: The render's darkness blurred by these Gaussian sigmas (px at the model's dpi), at each
 #: ``SheetModel.print_pix``: what the print can spread there on a photo (:func:`_print_ink`).
 _PRINT_BLUR_SIGMAS = (0.0, 0.7, 1.2, 2.0, 3.0)
+#: The blur (px) of the render whose gradient models a region's residual misregistration
+#: (``SheetModel.print_grad``).
+_PRINT_GRAD_SIGMA = 1.2
 
 
 #: Straight-line search (``SheetModel.strip_bin``): orientations over 180 degrees and strips
@@ -545,6 +552,10 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
     darkness = np.clip(1.0 - y, 0.0, 1.0).astype(np.float32)
     print_blur = np.stack([(darkness if sg == 0 else cv2.GaussianBlur(darkness, (0, 0), sg))
                            .reshape(-1)[ppix] for sg in _PRINT_BLUR_SIGMAS], axis=1)
+    gb = cv2.GaussianBlur(darkness, (0, 0), _PRINT_GRAD_SIGMA)
+    print_grad = np.stack([cv2.Sobel(gb, cv2.CV_32F, 1, 0, ksize=3).reshape(-1)[ppix] / 8,
+                           cv2.Sobel(gb, cv2.CV_32F, 0, 1, ksize=3).reshape(-1)[ppix] / 8],
+                          axis=1)
     return SheetModel(template, float(dpi), (H, W), expected, paper,
                       tuple(ids), pix, cat(lab_l, np.int32),
                       cat(band_l, np.int8), cat(off_l, bool), np.asarray(area, np.int64), divisor,
@@ -553,7 +564,7 @@ def build_sheet_model(template: Template, render: np.ndarray, *, dpi: float,
                       np.asarray(outline, np.int64), cat(hpix_l, np.int64), cat(hlab_l, np.int32),
                       cat(hdiag_l, bool), roi, roi_pix, strip_pos, strip_bin, strip_count,
                       strip_dxy, float(strip_px), strip_sum_idx, strip_ext, cat(open_l, bool),
-                      ppix, cat(plab_l, np.int32), print_blur)
+                      ppix, cat(plab_l, np.int32), print_blur, print_grad)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1977,13 +1988,17 @@ INK_ON_PRINT_EXCESS = 0.05
 def _print_ink(sample, model, valid, calm: np.ndarray) -> np.ndarray | None:
     """Each region's ink beside its print: the mean, over its pixels the guard leaves out where
     the render shows paper (``SheetModel.print_pix``), of their darkness (1 - luminance,
-    paper = 1) above what this photo's blur of the print puts there. NaN where a region has no
-    such pixel in the photo; None when the photo has too few to fit the blur.
+    paper = 1) above what this photo's blur of the print puts there, the print's residual
+    shift within the region allowed for. NaN where a region has no such pixel in the photo;
+    None when the photo has too few to fit the blur.
 
     The blur is fitted on the photo itself: darkness as a linear mix of the render's darkness
     blurred at several widths (``SheetModel.print_blur``), least squares over the pixels of
     the regions in ``calm`` (read "empty" with confidence), so focus, print density and a
-    coloured glyph's lighter ink are all in it.
+    coloured glyph's lighter ink are all in it. Then, region by region, what is left is
+    fitted on the gradient of the blurred print (``SheetModel.print_grad``: a print shifted
+    by a fraction of a pixel darkens one side of each line and lightens the other) and that
+    part taken off. A stroke along one side of a line darkens that side only and stays.
     """
     if model.print_pix is None or model.print_pix.size == 0 or model.print_blur is None:
         return None
@@ -1997,8 +2012,24 @@ def _print_ink(sample, model, valid, calm: np.ndarray) -> np.ndarray | None:
     if int(fit.sum()) < INK_ON_PRINT_FIT_PIXELS:
         return None
     coef = np.linalg.lstsq(a[fit], dark[fit], rcond=None)[0]
-    n = np.bincount(lab, minlength=len(model.region_ids)).astype(float)
-    excess = np.bincount(lab, weights=dark - a @ coef, minlength=len(model.region_ids))
+    res = dark - a @ coef
+    n_reg = len(model.region_ids)
+    n = np.bincount(lab, minlength=n_reg).astype(float)
+    if model.print_grad is not None:
+        g = model.print_grad if keep is None else model.print_grad[keep]
+        gx, gy = g[:, 0].astype(float), g[:, 1].astype(float)
+
+        def sums(w):
+            return np.bincount(lab, weights=w, minlength=n_reg)
+
+        # per region, res ~ bx * gx + by * gy (2x2 normal equations; a small ridge keeps a
+        # region without gradient at no shift)
+        sxx, sxy, syy = sums(gx * gx) + 1e-3, sums(gx * gy), sums(gy * gy) + 1e-3
+        sxr, syr = sums(gx * res), sums(gy * res)
+        det = sxx * syy - sxy * sxy
+        bx, by = (syy * sxr - sxy * syr) / det, (sxx * syr - sxy * sxr) / det
+        res = res - bx[lab] * gx - by[lab] * gy
+    excess = np.bincount(lab, weights=res, minlength=n_reg)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, excess / np.maximum(n, 1.0), np.nan)
 
