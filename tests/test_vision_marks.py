@@ -953,3 +953,56 @@ def test_ink_beside_the_print_takes_off_a_regions_own_shift_of_the_print():
     without = _print_ink(lambda idx, keep=None: px[idx], SimpleNamespace(**{**vars(model),
                          "print_grad": None}), None, calm)
     assert np.abs(without[1:5]).max() > 0.01, without  # (the shifts, not taken off)
+
+
+def test_an_empty_swatch_among_coloured_ones_is_flagged(crypts):
+    """A calibration strip coloured but for one swatch: that swatch, read "empty", is flagged
+    (its pencil may not show on the photo); the coloured swatches and the rest of the sheet
+    read as before. One coloured swatch alone (fewer than EMPTY_SWATCH_OTHERS) flags nothing."""
+    from vision.marks import EMPTY_SWATCH_OTHERS
+
+    t, render, model = crypts
+    cells = [r.id for r in t.regions_of_kind("box")][:10]
+    marks = {rid: ["orange", "red", "blue", "green", "purple"][k % 5] for k, rid in enumerate(cells)}
+    swatches = {f"swatch.{c}": c for c in ("orange", "red", "blue", "green")}
+    sheet = _read(model, _paint(t, render, {**marks, **swatches}, seed=11))
+    gap = sheet.readings["swatch.purple"]
+    assert gap.mark == "empty" and gap.review and gap.confidence < 0.97
+    assert gap.reason == ("swatch left empty while 4 other swatches are coloured: its pencil "
+                          "may not show on this photo")
+    for rid, m in {**marks, **swatches}.items():
+        r = sheet.readings[rid]
+        assert r.mark == m and not r.reason.startswith("swatch left empty"), (rid, r)
+    assert [r.region_id for r in sheet.readings.values()
+            if r.reason.startswith("swatch left empty")] == ["swatch.purple"]
+
+    assert EMPTY_SWATCH_OTHERS == 2
+    one = _read(model, _paint(t, render, {**marks, "swatch.red": "red"}, seed=11))
+    assert one.readings["swatch.red"].mark == "red"
+    assert not [r for r in one.readings.values() if r.reason.startswith("swatch left empty")]
+    assert not one.readings["swatch.purple"].review
+
+
+def test_the_empty_swatch_check_leaves_marks_flagged_readings_and_other_kinds_alone():
+    from types import SimpleNamespace
+
+    from vision.marks import RegionReading, _check_empty_swatches
+
+    def reading(rid, kind, mark, review=False):
+        return RegionReading(rid, kind, mark, 0.6 if review else 0.999, review, ((mark, 0.999),),
+                             {}, "doubt" if review else "")
+
+    regions = [SimpleNamespace(id=k, kind=kind) for k, kind in
+               [("s1", "swatch"), ("s2", "swatch"), ("s3", "swatch"), ("s4", "swatch"),
+                ("b", "box")]]
+    base = {"s1": reading("s1", "swatch", "red"), "s2": reading("s2", "swatch", "crossed"),
+            "s3": reading("s3", "swatch", "empty"), "s4": reading("s4", "swatch", "empty", True),
+            "b": reading("b", "box", "empty")}
+    # (a crossing-out is no pencil colour: one coloured swatch is too few)
+    assert _check_empty_swatches(dict(base), regions, 0.97) == base
+    base["s2"] = reading("s2", "swatch", "blue", True)  # (coloured, though flagged: it counts)
+    out = _check_empty_swatches(dict(base), regions, 0.97)
+    assert out["s3"].review and out["s3"].mark == "empty" and out["s3"].confidence < 0.97
+    assert out["s3"].reason.startswith("swatch left empty while 2 other swatches")
+    assert out["s4"] == base["s4"] and out["b"] == base["b"]
+    assert out["s1"] == base["s1"] and out["s2"] == base["s2"]
