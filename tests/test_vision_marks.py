@@ -968,18 +968,18 @@ def test_an_empty_swatch_among_coloured_ones_is_flagged(crypts):
     sheet = _read(model, _paint(t, render, {**marks, **swatches}, seed=11))
     gap = sheet.readings["swatch.purple"]
     assert gap.mark == "empty" and gap.review and gap.confidence < 0.97
-    assert gap.reason == ("swatch left empty while 4 other swatches are coloured: its pencil "
-                          "may not show on this photo")
+    assert gap.reason == ("swatch left empty among coloured ones (4 others coloured): its "
+                          "pencil may not show on this photo")
     for rid, m in {**marks, **swatches}.items():
         r = sheet.readings[rid]
-        assert r.mark == m and not r.reason.startswith("swatch left empty"), (rid, r)
+        assert r.mark == m and not r.reason.startswith("swatch left empty among"), (rid, r)
     assert [r.region_id for r in sheet.readings.values()
-            if r.reason.startswith("swatch left empty")] == ["swatch.purple"]
+            if r.reason.startswith("swatch left empty among")] == ["swatch.purple"]
 
     assert EMPTY_SWATCH_OTHERS == 2
     one = _read(model, _paint(t, render, {**marks, "swatch.red": "red"}, seed=11))
     assert one.readings["swatch.red"].mark == "red"
-    assert not [r for r in one.readings.values() if r.reason.startswith("swatch left empty")]
+    assert not [r for r in one.readings.values() if r.reason.startswith("swatch left empty among")]
     assert not one.readings["swatch.purple"].review
 
 
@@ -1003,6 +1003,6 @@ def test_the_empty_swatch_check_leaves_marks_flagged_readings_and_other_kinds_al
     base["s2"] = reading("s2", "swatch", "blue", True)  # (coloured, though flagged: it counts)
     out = _check_empty_swatches(dict(base), regions, 0.97)
     assert out["s3"].review and out["s3"].mark == "empty" and out["s3"].confidence < 0.97
-    assert out["s3"].reason.startswith("swatch left empty while 2 other swatches")
+    assert out["s3"].reason.startswith("swatch left empty among coloured ones (2 others")
     assert out["s4"] == base["s4"] and out["b"] == base["b"]
     assert out["s1"] == base["s1"] and out["s2"] == base["s2"]

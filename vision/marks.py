@@ -2092,8 +2092,8 @@ def _check_empty_swatches(readings: dict, regions, review_threshold: float) -> d
         if rd.mark != "empty" or rd.review:
             continue
         out[rid] = _flagged(
-            rd, review_threshold, f"swatch left empty while {len(coloured)} other swatches are "
-            "coloured: its pencil may not show on this photo")
+            rd, review_threshold, f"swatch left empty among coloured ones ({len(coloured)} others "
+            "coloured): its pencil may not show on this photo")
     return out
 
 
