@@ -470,6 +470,31 @@ def test_lab_in_row_blocks_is_the_one_product_bit_for_bit():
     np.testing.assert_array_equal(lab.reshape(-1, 3), linear_to_lab(img.reshape(-1, 3)))
 
 
+def test_the_fast_cube_root_is_within_two_units_of_np_cbrt_and_passes_odd_values_through():
+    """linear_to_lab's cube root (vision.colour._cbrt_f32: a guess from the float's bits and
+    three Newton steps) against np.cbrt and against the root in double precision, over the
+    range a photo's XYZ values take (the toe at (6/29)^3 up to glare far above paper), exact
+    cubes, and NaN, infinity and huge values, which take np.cbrt."""
+    from vision.colour import _cbrt_f32
+    rng = np.random.default_rng(5)
+    d3 = np.float32((6.0 / 29.0) ** 3)
+    x = np.concatenate([rng.uniform(d3, 1.2, 200_000), np.geomspace(d3, 1e6, 50_000),
+                        [d3, 1.0, 8.0, 27.0, 0.125]]).astype(np.float32)
+    y = _cbrt_f32(x)
+    assert y.dtype == np.float32 and y.shape == x.shape and y is not x
+    ulp = np.abs(y.view(np.int32).astype(np.int64) - np.cbrt(x).view(np.int32))
+    assert ulp.max() <= 2
+    exact = np.cbrt(x.astype(np.float64))
+    assert np.max(np.abs(y - exact) / exact) < 3e-7  # (float32 spacing is 1.2e-7 of a value)
+    np.testing.assert_array_equal(y[-4:], [1.0, 2.0, 3.0, 0.5])
+    odd = np.array([np.nan, np.inf, 1e31, 3.0e38], np.float32)
+    with np.errstate(all="raise"):  # (no warning escapes)
+        out = _cbrt_f32(odd)
+    np.testing.assert_array_equal(out, np.cbrt(odd))
+    lab = linear_to_lab(np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], np.float32))
+    np.testing.assert_allclose(lab, [[100.0, 0.0, 0.0], [0.0, 0.0, 0.0]], atol=1e-4)
+
+
 def test_learned_rows_on_two_threads_are_the_rows_on_one(monkeypatch):
     """The learned reader's probabilities are computed in two halves of the rows on two
     threads: the same values as one call."""

@@ -83,13 +83,46 @@ def _to_xyz(rgb: np.ndarray) -> np.ndarray:
     return out.reshape(rgb.shape)
 
 
+#: Inputs of :func:`_cbrt_f32` at or above this (and NaN) take ``np.cbrt``: the bit-level
+#: first guess is meant for the values of a photo's colours (around 0.008-10).
+_CBRT_FAST_MAX = np.float32(1e30)
+
+
+def _cbrt_f32(x: np.ndarray) -> np.ndarray:
+    """The cube root of a float32 array of positive values (a new array).
+
+    Why: ``np.cbrt`` on float32 calls the C library's ``cbrtf`` value by value (no SIMD):
+    ~14 ns a value, ~10 ms of a 12 MP read's ~250,000 region, paper and halo pixels (three
+    values each). Here: a first guess from the float's bits (the exponent divided by three),
+    then three Newton steps ``y = (2 y + x / y^2) / 3``, each a few whole-array float32
+    operations: ~2.5 ns a value. Within 2 units in the last place of ``np.cbrt`` (which is
+    itself not correctly rounded: ``cbrtf`` differs from the correctly rounded root on
+    11 % of values, by one unit); on 1M values from 0.008 to 3, 42 % differ from ``np.cbrt``
+    by 1-2 units, about 1e-7 of the value. Values that are not positive and finite below
+    ``_CBRT_FAST_MAX`` (NaN, infinity) take ``np.cbrt``."""
+    x = np.ascontiguousarray(x, np.float32)
+    y = (x.view(np.int32) // 3 + 709921077).view(np.float32)
+    t = np.empty_like(x)
+    with np.errstate(all="ignore"):  # (NaN and infinity pass through, then take np.cbrt)
+        for _ in range(3):
+            np.multiply(y, y, out=t)
+            np.divide(x, t, out=t)
+            y *= np.float32(2.0)
+            y += t
+            y *= np.float32(1.0 / 3.0)
+    odd = ~(x < _CBRT_FAST_MAX)
+    if odd.any():
+        y[odd] = np.cbrt(x[odd])
+    return y
+
+
 def linear_to_lab(linear: np.ndarray) -> np.ndarray:
     """Linear RGB (..., 3) with white = (1, 1, 1) -> CIELAB (..., 3) float32 (L*, a*, b*)."""
     rgb = np.asarray(linear, np.float32)
     xyz = _to_xyz(rgb)
     d3 = (6.0 / 29.0) ** 3
     # cbrt on the whole array, the linear toe only where needed (rare: very dark texels)
-    f = np.cbrt(np.maximum(xyz, d3, dtype=np.float32))
+    f = _cbrt_f32(np.maximum(xyz, d3, dtype=np.float32))
     low = xyz < d3
     if low.any():
         f[low] = xyz[low] * (1.0 / (3 * (6.0 / 29.0) ** 2)) + 4.0 / 29.0
