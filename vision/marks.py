@@ -2078,9 +2078,13 @@ def _check_empty_swatches(readings: dict, regions, review_threshold: float) -> d
     among coloured ones is more likely a pencil that does not show on this photo than one the
     player skipped. On the fresh corpus 2300000 (session 24) a purple swatch, coloured with a
     pale pencil and blurred by 2.2 px of defocus under 3,600 K light, showed nothing and was read
-    "empty" at 0.9993 by both readers while four swatches beside it were coloured (one of
-    them barely visible). An absence of ink is weak evidence where the sheet says ink was
-    expected. The reading keeps its mark; a person looks.
+    "empty" at 0.9993 by both readers; all five swatches were coloured, and on that photo,
+    regenerated in session 27, two others read as coloured (red, blue), so the swatch is now
+    flagged. An absence of ink is weak evidence where the sheet says ink was expected. The
+    reading keeps its mark; a person looks. Its cost, measured (docs/EVALUATION.md, session
+    27): 20-40 truly empty swatches flagged per 300 simulated photos (the simulator leaves a
+    swatch of a coloured strip blank 5 % of the time); a swatch does not score, and on the
+    sheets checked the report listed such a swatch as uncertain but not mattering (verdict OK).
     """
     swatches = [r.id for r in regions if r.kind == "swatch" and r.id in readings]
     coloured = [rid for rid in swatches if readings[rid].mark in PENCIL_COLOURS]
