@@ -807,6 +807,42 @@ def test_the_hue_neighbours_of_a_pencil_the_photo_shows_no_mark_of_are_flagged()
     assert _check_missing_pencils(dict(base), prior, 0.97) == base
 
 
+def test_a_neighbour_out_of_a_missing_pencils_reach_is_not_flagged():
+    """With the prior palette given, a hue neighbour of the missing pencil whose cluster lies
+    beyond the calibration's reach (MISSING_PENCIL_REACH_DEG plus MISSING_PENCIL_SPREADS of
+    its spreads from the missing pencil's prior hue) keeps its confident readings; a nearer one
+    is flagged as before, and so is every neighbour without the prior."""
+    from vision.colour import Palette, PaletteColour, load_palette
+    from vision.marks import (MISSING_PENCIL_REACH_DEG, MISSING_PENCIL_SPREADS, RegionReading,
+                              _check_missing_pencils)
+    prior = load_palette("default")
+    assert prior.colour("green").hue_deg == 150.0 and prior.colour("red").hue_deg == 30.0
+    reach = MISSING_PENCIL_REACH_DEG + MISSING_PENCIL_SPREADS * 8.0  # 94 deg
+    hues = {"orange": 60.0, "red": 30.0, "blue": 270.0, "green": 150.0, "purple": 320.0}
+    cols = tuple(PaletteColour(c, h, 8.0) for c, h in hues.items())
+
+    def reading(rid, mark):
+        return RegionReading(rid, "box", mark, 0.999, False, ((mark, 0.999),), {}, "")
+
+    base = {"o": reading("o", "orange"), "b": reading("b", "blue"), "p": reading("p", "purple"),
+            "r": reading("r", "red")}
+    # green missing: orange is 90 deg from green's prior (within reach), blue 120 (beyond)
+    assert 90.0 < reach < 120.0
+    green_missing = Palette("p", cols, source="sheet",
+                            evidence={"orange": 6, "red": 4, "blue": 9, "green": 0, "purple": 5})
+    out = _check_missing_pencils(dict(base), green_missing, 0.97, prior=prior)
+    assert out["o"].review and out["o"].reason.startswith("pencil not found on this sheet (green)")
+    assert out["b"] == base["b"] and out["p"] == base["p"] and out["r"] == base["r"]
+    old = _check_missing_pencils(dict(base), green_missing, 0.97)  # (no prior: both neighbours)
+    assert old["o"].review and old["b"].review
+    # red missing (session 23's case): purple 70 deg and orange 30 deg from red's prior, both
+    # within reach: both flagged
+    red_missing = Palette("p", cols, source="sheet",
+                          evidence={"orange": 6, "red": 0, "blue": 9, "green": 3, "purple": 5})
+    out = _check_missing_pencils(dict(base), red_missing, 0.97, prior=prior)
+    assert out["p"].review and out["o"].review and out["b"] == base["b"]
+
+
 def test_an_empty_reading_of_a_region_nearly_all_print_is_flagged():
     """_check_hidden_by_print: an "empty" reading rests on the pixels clear of print; where
     they are under 12 % of the outline (a Reefs whirlpool's spiral) a crossing-out over the

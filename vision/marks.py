@@ -1736,7 +1736,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                     rd.reason or ("photo too unreliable (registration/resolution)" if review else ""))
     readings = _outline_check(readings, regions, ev, review_threshold)
     readings = _check_calibration(readings, regions, f, pal, pal_gaps, review_threshold)
-    readings = _check_missing_pencils(readings, pal, review_threshold)
+    readings = _check_missing_pencils(readings, pal, review_threshold, prior=prior)
     readings = _check_hidden_by_print(readings, regions, f, model, review_threshold)
     calm = np.array([readings[r.id].mark == "empty" and not readings[r.id].review
                      for r in regions], bool)
@@ -1898,7 +1898,16 @@ def _check_calibration(readings: dict, regions, f: _Features, pal: Palette, pal_
     return readings
 
 
-def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float) -> dict:
+#: How far from its prior hue a pencil's marks can be and still be taken for that pencil by the
+#: calibration (``vision.colour.calibrate_palette``'s largest move by hue order), in degrees:
+#: :func:`_check_missing_pencils` spares a neighbour whose cluster lies beyond this plus
+#: :data:`MISSING_PENCIL_SPREADS` of its own spreads from the missing pencil's prior hue.
+MISSING_PENCIL_REACH_DEG = 70.0
+MISSING_PENCIL_SPREADS = 3.0
+
+
+def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float, *,
+                           prior: Palette | None = None) -> dict:
     """Flag every confident reading of a pencil next in hue to a pencil this photo's
     calibration found no mark of (``Palette.evidence`` 0, while others have some).
 
@@ -1909,7 +1918,16 @@ def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float
     held (evidence 0), 20 of the corpus's 21 confident errors, every red read purple at
     0.991-0.999; reader-v11 made them too. 28 of its 300 photos had such a pencil, most of them
     hard photos already flagged. Both neighbours (up and down the hue circle, from the missing
-    pencil's prior hue) are flagged: the photo cannot say which one took its marks.
+    pencil's prior hue) are flagged: the photo cannot say which one took its marks...
+
+    ...unless a neighbour's cluster is out of that pencil's reach (``prior`` given): its marks
+    could only sit in it if they lay more than :data:`MISSING_PENCIL_REACH_DEG` (the
+    calibration's largest move of a pencil by hue order) plus :data:`MISSING_PENCIL_SPREADS`
+    of the neighbour's spreads from the pencil's prior hue, where no pencil of that name is
+    (a "green" at the hue of the sheet's blue). Measured (session 27, spent corpora fresh2400k,
+    fresh2500k, ho1190k, ho1210k and 1900000's typical photos regenerated): every wrong
+    reading the check caught sat in a neighbour 50 deg from the missing pencil's prior hue;
+    the flags on neighbours 110-164 deg away (green against blue) caught nothing.
     """
     ev = {c: int(pal.evidence.get(c, 0)) for c in pal.names}
     found = [c for c in pal.names if ev[c] > 0]
@@ -1921,8 +1939,14 @@ def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float
     for m in missing:
         up = min(found, key=lambda c: (hue[c] - hue[m]) % 360.0)
         down = max(found, key=lambda c: (hue[c] - hue[m]) % 360.0)
-        suspect.setdefault(up, m)
-        suspect.setdefault(down, m)
+        for n in (up, down):
+            if prior is not None and m in prior.names:
+                far = abs(float(hue_diff(hue[n], prior.colour(m).hue_deg)))
+                reach = (MISSING_PENCIL_REACH_DEG
+                         + MISSING_PENCIL_SPREADS * pal.colour(n).hue_spread_deg)
+                if far > reach:
+                    continue
+            suspect.setdefault(n, m)
     for rid, rd in readings.items():
         if not rd.review and rd.mark in suspect:
             readings[rid] = _flagged(
