@@ -1927,7 +1927,8 @@ def _check_missing_pencils(readings: dict, pal: Palette, review_threshold: float
     (a "green" at the hue of the sheet's blue). Measured (session 27, spent corpora fresh2400k,
     fresh2500k, ho1190k, ho1210k and 1900000's typical photos regenerated): every wrong
     reading the check caught sat in a neighbour 50 deg from the missing pencil's prior hue;
-    the flags on neighbours 110-164 deg away (green against blue) caught nothing.
+    the 176 flags this spares there, on neighbours 90-164 deg away (mostly green against blue
+    or orange, blue against green), caught nothing.
     """
     ev = {c: int(pal.evidence.get(c, 0)) for c in pal.names}
     found = [c for c in pal.names if ev[c] > 0]
