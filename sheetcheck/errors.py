@@ -94,6 +94,13 @@ class BlurryPhotoError(PhotoError):
     exit_code = 36
 
 
+class NoColourError(PhotoError):
+    """The sheet was found, but the photo is black and white: the pencils cannot be told apart."""
+
+    code = "no_colour"
+    exit_code = 38
+
+
 class SheetTooSmallError(NoSheetFoundError):
     """The sheet (or something very like it) is in the photo, but too small to be read.
 

@@ -40,6 +40,29 @@ def test_read_json_one_line_per_photo_and_errors_do_not_stop_the_run(folder, tmp
     assert {"mark", "confidence", "review"} <= set(r)
 
 
+def test_a_black_and_white_photo_is_refused_with_its_own_code(folder, tmp_path, capsys):
+    """A sheet in a black-and-white photo (a mono filter, a greyscale scan) is found, then
+    refused: no reader can tell its pencils apart, and readings of it would be guesses."""
+    import io
+
+    from PIL import Image
+
+    from sheetcheck.errors import NoColourError
+    from vision.pipeline import read_photo
+    mono = tmp_path / "mono.jpg"
+    with Image.open(folder / "p0.jpg") as im:
+        buf = io.BytesIO()
+        im.convert("L").save(buf, "JPEG", quality=90)
+    mono.write_bytes(buf.getvalue())
+    with pytest.raises(NoColourError, match=r"black and white.*crypts-1.*mono"):
+        read_photo(mono)
+    code = main(["read", str(mono), str(folder / "p1.jpg"), "--json"])
+    docs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert docs[0]["error"]["code"] == "no_colour" and docs[0]["photo"] == str(mono)
+    assert docs[1]["template"] == "reefs-3"  # the next photo is still read
+    assert code == NoColourError.exit_code == 38
+
+
 def test_read_text_names_template_location_and_every_region(folder, capsys):
     assert main(["read", str(folder / "p0.jpg")]) == 0
     out = capsys.readouterr().out

@@ -237,6 +237,17 @@ def test_check_photo_without_a_sheet(client):
     assert_error(resp, 422, "no_sheet_found")
 
 
+def test_check_black_and_white_photo(client):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    with Image.open(PAGE_SAMPLE) as im:
+        im.convert("L").save(buf, "JPEG", quality=90)
+    resp = client.post("/api/check", files={"photo": ("mono.jpg", buf.getvalue(), "image/jpeg")})
+    assert_error(resp, 422, "no_colour")
+    assert "black and white" in resp.json()["message"]
+
+
 def test_check_truncated_photo(client):
     data = PAGE_SAMPLE.read_bytes()
     resp = client.post("/api/check", files={"photo": ("cut.jpg", data[: len(data) // 2], "image/jpeg")})

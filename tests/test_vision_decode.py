@@ -281,3 +281,49 @@ def test_bytearray_and_memoryview_decode_like_bytes():
         assert d.image.shape == ref.image.shape and np.array_equal(d.image, ref.image)
     with pytest.raises(CorruptImageError, match="truncated"):
         decode_photo(memoryview(data)[:len(data) // 2], max_long_side=150)
+
+
+# --- black-and-white photos ------------------------------------------------------------------
+
+def _simulated_photo_bytes() -> bytes:
+    from calibration.template import get_template
+    from sheetcheck.simulator import random_marks, simulate_photo
+    t = get_template("reefs-1")
+    marks = random_marks(t, np.random.default_rng(5))
+    return simulate_photo(t, marks, seed=5, preset="easy", overrides={"output_long_side": 1280}).jpeg
+
+
+def _jpeg(im: Image.Image, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=88, **kw)
+    return buf.getvalue()
+
+
+def test_a_black_and_white_photo_is_colourless_and_a_colour_one_is_not():
+    from vision.decode import colourless
+    data = _simulated_photo_bytes()
+    colour = decode_photo(data).image
+    assert not colourless(colour)
+    mono = Image.open(io.BytesIO(data)).convert("L")
+    # a greyscale JPEG (one channel), the same grey saved as a three-channel JPEG (a phone's
+    # mono filter: chroma planes flat, JPEG rounding only) and a 16-bit greyscale PNG
+    grey16 = io.BytesIO()
+    Image.fromarray(np.asarray(mono).astype(np.uint16) * 257).save(grey16, "PNG")
+    for mono_bytes in (_jpeg(mono), _jpeg(mono.convert("RGB")), grey16.getvalue()):
+        assert colourless(decode_photo(mono_bytes).image)
+
+
+def test_one_coloured_box_on_a_grey_photo_is_colour_enough():
+    """A nearly neutral photo whose only colour is one pencil box (~7 mm at 3 px per mm, the
+    least a sheet worth checking holds) is still a colour photo."""
+    from vision.decode import colourless
+    mono = np.asarray(Image.open(io.BytesIO(_simulated_photo_bytes())).convert("L").convert("RGB"))
+    assert colourless(mono)
+    boxed = mono.copy()
+    boxed[400:421, 500:521] = (200, 120, 60)  # 21 x 21 px of orange pencil on ~1280 x 960
+    assert not colourless(boxed)
+    # a faint cast over the whole photo is no colour (channels 3 levels apart), strong cast is
+    warm = mono.astype(np.int16) + np.array([3, 0, -1])
+    assert colourless(np.clip(warm, 0, 255).astype(np.uint8))
+    warm = mono.astype(np.int16) + np.array([12, 0, -10])
+    assert not colourless(np.clip(warm, 0, 255).astype(np.uint8))

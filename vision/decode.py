@@ -42,7 +42,7 @@ try:  # HEIC/HEIF is the default format of iPhones.
 except ImportError:  # pragma: no cover - pillow-heif is a declared dependency
     HEIF_SUPPORTED = False
 
-__all__ = ["DecodedPhoto", "decode_photo", "load_photo", "MAX_PIXELS", "MAX_FILE_BYTES"]
+__all__ = ["DecodedPhoto", "decode_photo", "load_photo", "colourless", "MAX_PIXELS", "MAX_FILE_BYTES"]
 
 #: Largest photo accepted, in pixels (width x height from the header). Phones shoot 12-50 MP;
 #: anything larger is a scan at an absurd resolution or a decompression bomb.
@@ -434,6 +434,39 @@ def _orient(a: np.ndarray, orient: int) -> np.ndarray:
     if orient == 8:
         return cv2.rotate(a, cv2.ROTATE_90_COUNTERCLOCKWISE)
     return a
+
+
+#: A photo is colourless (a black-and-white photo or scan) when fewer than COLOURLESS_SHARE of
+#: its pixels have two colour channels more than COLOURLESS_LEVELS apart (of 255). A greyscale
+#: file, or one saved as RGB, differs by 0-2 (JPEG rounding); a camera's colour photo of a sheet
+#: differs by more on 10-99 % of its pixels (the table, the pencils, the light's cast, the
+#: colour fringes at the print's edges), a single coloured box alone on ~2e-4 of them.
+COLOURLESS_LEVELS = 4
+COLOURLESS_SHARE = 1e-4
+
+
+def _colour_share(image: np.ndarray) -> float:
+    """Share of ``image``'s pixels whose channels differ by more than COLOURLESS_LEVELS."""
+    a = image.astype(np.int16)
+    d = np.abs(a[..., 0] - a[..., 1])
+    np.maximum(d, np.abs(a[..., 1] - a[..., 2]), out=d)
+    np.maximum(d, np.abs(a[..., 0] - a[..., 2]), out=d)
+    return float(np.count_nonzero(d > COLOURLESS_LEVELS)) / max(1, d.size)
+
+
+def colourless(image: np.ndarray) -> bool:
+    """Whether a decoded photo (``(H, W, 3)`` uint8 RGB) holds no colour at all: a
+    black-and-white photo (a phone's mono filter) or a scan in greyscale mode, in which no
+    reader can tell the pencils apart.
+
+    A coarse look (every 8th pixel) settles an ordinary photo at once (colour on more than 1 %
+    of them); only a nearly neutral one is counted in full.
+    """
+    if image.ndim != 3 or image.shape[2] != 3 or image.size == 0:
+        return False
+    if _colour_share(image[::8, ::8]) > 0.01:
+        return False
+    return _colour_share(image) < COLOURLESS_SHARE
 
 
 def load_photo(path: str | os.PathLike, *, max_long_side: int | None = 2000) -> DecodedPhoto:

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from calibration.template import Template
-from sheetcheck.errors import InputFileError
+from sheetcheck.errors import InputFileError, NoColourError
 from vision.colour import Palette, load_palette
 from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
@@ -204,7 +204,8 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     ------
     SheetcheckError
         InputFileError, NotAnImageError, CorruptImageError, ImageTooLargeError (decode);
-        NoSheetFoundError, SheetCutOffError, UnknownTemplateError, BlurryPhotoError (locate).
+        NoSheetFoundError, SheetCutOffError, UnknownTemplateError, BlurryPhotoError (locate);
+        NoColourError (a black-and-white photo of a sheet).
     """
     with blas_one_thread:  # (the read's own threads, not BLAS's: vision._geom_threads)
         return _read_photo(photo, template_id=template_id, dpi=dpi, palette=palette,
@@ -216,7 +217,7 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
 def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, keep_images,
                 label, max_long_side, keep_matrix, learned) -> SheetReading:
     """:func:`read_photo`'s work (inside its BLAS limit)."""
-    from vision.decode import decode_photo, load_photo
+    from vision.decode import colourless, decode_photo, load_photo
     from vision.locate import locate_sheet
     from vision.rectify import rectify_sheet
 
@@ -235,6 +236,14 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     # the homography first: locate's registration and blur checks wait for the helper
     # thread's idle time (below), so that rectification has it for its own tiles
     location, complete = locate_sheet(decoded.image, template_id=template_id, defer_checks=True)
+    if colourless(decoded.image):
+        complete()  # (a photo that locate's checks refuse says so first)
+        t = location.template
+        raise NoColourError(
+            f"the photo is black and white: the sheet was found ({t.id}, {t.title}), but its "
+            "pencils can only be told apart by their colour.",
+            hint="Send the colour photo: switch off the camera's black-and-white (mono) "
+                 "filter or the scanner's greyscale mode, and take the photo again.")
     t2 = time.perf_counter()
     timings["locate"] = (t2 - t1) * 1000
     try:
