@@ -61,6 +61,13 @@ def test_a_black_and_white_photo_is_refused_with_its_own_code(folder, tmp_path, 
     assert docs[0]["error"]["code"] == "no_colour" and docs[0]["photo"] == str(mono)
     assert docs[1]["template"] == "reefs-3"  # the next photo is still read
     assert code == NoColourError.exit_code == 38
+    # in text, among several photos, each refusal names its photo (once)
+    bad = tmp_path / "notes.jpg"
+    bad.write_text("not a photo at all")
+    main(["read", str(mono), str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"sheetcheck read: {mono}: the photo is black and white")
+    assert err[1].startswith(f"sheetcheck read: photo {str(bad)!r} is not an image")
 
 
 def test_read_text_names_template_location_and_every_region(folder, capsys):

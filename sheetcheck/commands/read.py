@@ -113,7 +113,9 @@ def run(args) -> int:
             if args.json:
                 print(json.dumps(error_json(path, code, message)), flush=True)
             else:
-                print(f"sheetcheck read: {message}", file=sys.stderr, flush=True)
+                # (the locate stages speak of "the photo": among several, say which)
+                where = "" if path in message else f"{path}: "
+                print(f"sheetcheck read: {where}{message}", file=sys.stderr, flush=True)
             continue
         if args.debug_dir:
             try:
