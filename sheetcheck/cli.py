@@ -16,7 +16,7 @@ from sheetcheck.errors import SheetcheckError
 
 EPILOG = """exit codes: 0 ok; 1 some inputs failed; 2 usage error; 3 DISCREPANCY; 4 NEEDS REVIEW; 10+ errors
 (11 simulator condition, 20 invalid template, 21 unknown template, 22 damaged reader model,
-30-38 bad photo, 40 invalid state, 50 input file, 52 not a batch report folder, 53 photo not in
+30-39 bad photo, 40 invalid state, 50 input file, 52 not a batch report folder, 53 photo not in
 the report, 54 report changed meanwhile)."""
 
 

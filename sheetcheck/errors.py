@@ -101,6 +101,13 @@ class NoColourError(PhotoError):
     exit_code = 38
 
 
+class SeveralSheetsError(PhotoError):
+    """Two or more whole score sheets in one photo: which one is meant cannot be known."""
+
+    code = "several_sheets"
+    exit_code = 39
+
+
 class SheetTooSmallError(NoSheetFoundError):
     """The sheet (or something very like it) is in the photo, but too small to be read.
 

@@ -64,6 +64,7 @@ centre at (x=j+0.5, y=i+0.5)).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -71,8 +72,8 @@ import cv2
 import numpy as np
 
 from calibration.template import Template, all_templates, get_template
-from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SheetCutOffError,
-                               SheetTooSmallError, UnknownTemplateError)
+from sheetcheck.errors import (BlurryPhotoError, NoSheetFoundError, SeveralSheetsError,
+                               SheetCutOffError, SheetTooSmallError, UnknownTemplateError)
 from vision._geom_render import (MM_PER_INCH, achromatic_ink, frame_size, ink_map, normalise_h,
                                  photo_grey, project, reference_render, scale_matrix,
                                  warp_to_frame)
@@ -362,17 +363,18 @@ def _detector(dictionary: str, relaxed: bool = False, fast: bool = False):
 
 def detect_markers(grey: np.ndarray, *, dictionary: str = "DICT_4X4_50",
                    relaxed: bool = False, fast: bool = False,
-                   small: np.ndarray | None = None) -> dict[int, np.ndarray]:
+                   small: np.ndarray | None = None) -> MarkerSet:
     """Detect ArUco markers; ``{id: (4, 2) corners in px}`` in ArUco order (the marker's own
     top-left, top-right, bottom-right, bottom-left), project px convention, sub-pixel refined
-    on ``grey`` itself. An id seen twice keeps its larger detection. ``fast``: one threshold
+    on ``grey`` itself. An id seen twice keeps its larger detection (the other in ``others``
+    when it lies elsewhere: :class:`MarkerSet`). ``fast``: one threshold
     window only (see :func:`_detector`). ``small``: ``grey`` already reduced by
     :func:`_detect_image` (saves reducing it twice)."""
     if small is None:
         small = _detect_image(grey)
     corners, ids, _ = _detector(dictionary, relaxed, fast).detectMarkers(small)
     if ids is None:
-        return {}
+        return MarkerSet()
     # each marker's corners refined on its own, in turn: the refinement is many small numpy
     # steps that hold the GIL, so two threads took longer than one (12 MP bench photos, two
     # threads: locate 16.2 -> 14.0 ms median with the markers refined in turn)
@@ -387,19 +389,43 @@ def _full_corners(grey: np.ndarray, c: np.ndarray) -> np.ndarray:
     return (c.reshape(4, 2).astype(np.float64) + 0.5) / f - 0.5
 
 
-def _refined_markers(grey: np.ndarray, rough, ids, refined=None) -> dict[int, np.ndarray]:
+class MarkerSet(dict):
+    """``{id: (4, 2) corners}`` as :func:`detect_markers` gives them, and ``others``:
+    ``{id: [corners, ...]}``, the further detections of an id seen again elsewhere in the
+    photo (more than :data:`REPEAT_APART` marker sides away): the same marker on a second
+    sheet of the same template, whole or in part (a neighbour's sheet at the table)."""
+
+    def __init__(self, *args, others: dict | None = None, **kw):
+        super().__init__(*args, **kw)
+        self.others: dict[int, list[np.ndarray]] = dict(others or {})
+
+
+#: Two detections of one id whose centres are more than this many marker sides apart are two
+#: markers (two sheets), not one marker seen twice.
+REPEAT_APART = 2.0
+
+
+def _refined_markers(grey: np.ndarray, rough, ids, refined=None) -> MarkerSet:
     """``{id: refined corners in project px}`` from unrefined detections (``refined``: those
-    already refined, in the same order); an id seen twice keeps its larger detection."""
-    out: dict[int, np.ndarray] = {}
+    already refined, in the same order); an id seen twice keeps its larger detection, and
+    the other in ``others`` when it lies elsewhere (:class:`MarkerSet`)."""
+    out = MarkerSet()
     if refined is None:
         refined = [_refine_marker_corners(grey, c) for c in rough]
     for cc, i in zip(refined, ids):
         pts = cc + 0.5  # index -> project px convention
-        if int(i) in out:
-            prev = out[int(i)]
+        i = int(i)
+        if i in out:
+            prev = out[i]
+            apart = float(np.linalg.norm(prev.mean(0) - pts.mean(0))) > \
+                REPEAT_APART * max(_marker_side(prev), _marker_side(pts), 1.0)
             if cv2.contourArea(prev.astype(np.float32)) >= cv2.contourArea(pts.astype(np.float32)):
+                if apart:
+                    out.others.setdefault(i, []).append(pts)
                 continue
-        out[int(i)] = pts
+            if apart:
+                out.others.setdefault(i, []).append(prev)
+        out[i] = pts
     return out
 
 
@@ -909,6 +935,70 @@ def _page_quad_from_marker_centres(t: Template, centres: np.ndarray, shift: int,
 ANCHOR_MAX_LOSS = 0.1
 
 
+def _in_view(t: Template, H: np.ndarray, shape) -> bool:
+    try:
+        _check_in_view(t, H, shape, method="markers")
+    except SheetCutOffError:
+        return False
+    return True
+
+
+def _marker_choices(t: Template, found: dict, mids, shape):
+    """Every way to take one detection per id of ``mids`` (the kept one, or one of
+    ``found.others``): ``(ids that agree, corners by id, page in view, mean marker side)``."""
+    others = getattr(found, "others", {})
+    options = [[found[m]] + list(others.get(m, ())) for m in mids]
+    out = []
+    for combo in itertools.islice(itertools.product(*options), 256):
+        f = dict(zip(mids, combo))
+        ok, _ = _consistent_markers(t, f, list(mids))
+        H = _marker_h(t, f, ok) if len(ok) >= 2 else None
+        view = H is not None and _in_view(t, H, shape)
+        side = float(np.mean([_marker_side(f[m]) for m in ok])) if ok else 0.0
+        out.append((len(ok), view, side, ok, f))
+    return out
+
+
+def _whole_sheets(t: Template, found: dict, mids, shape) -> list:
+    """The distinct sheets of ``t`` in view that three or more of its markers pin down
+    (each a tuple of its markers' centres)."""
+    if len(mids) < 3:
+        return []
+    sheets = set()
+    for n, view, _, ok, f in _marker_choices(t, found, sorted(mids), shape):
+        if n >= 3 and view:
+            sheets.add(tuple(sorted((m, *np.round(f[m].mean(0)).astype(int).tolist()) for m in ok)))
+    # (three markers of a sheet whose fourth was read too are the same sheet)
+    distinct = []
+    for sh in sorted(sheets, key=len, reverse=True):
+        if not any(set(sh) <= set(d) for d in distinct):
+            distinct.append(sh)
+    return distinct
+
+
+def _several_sheets(whole: dict, template_id: str | None) -> SeveralSheetsError:
+    names = [k for k, v in whole.items() for _ in v]
+    n = len(names)
+    what = (f"{n} copies of {names[0]}" if len(set(names)) == 1
+            else " and ".join(f"{k}" if len(v) == 1 else f"{len(v)} x {k}"
+                              for k, v in whole.items() if v))
+    hint = "Photograph each sheet on its own, with the other sheets out of the frame"
+    if len(set(names)) > 1 and template_id is None:
+        hint += ", or name the sheet to read with --template"
+    return SeveralSheetsError(
+        f"the photo holds {n} whole score sheets ({what}): sheetcheck reads one sheet per photo "
+        "and cannot tell which of them is meant.", hint=hint + ".")
+
+
+def _pick_repeated(t: Template, found: dict, mids, repeated, shape):
+    """The detections of ``mids`` that make the most markers agree on a sheet in view (then
+    the larger markers: the nearer sheet); ``(corners by id, ids, details)``."""
+    best = max(_marker_choices(t, found, sorted(mids), shape), key=lambda c: c[:3])
+    n, view, _, ok, f = best
+    why = {"ids": sorted(repeated), "kept": sorted(ok), "in_view": bool(view)}
+    return f, sorted(ok), why
+
+
 def _locate_by_markers(grey, found, cands, template_id, image, squares=None):
     """Template and homography from detected markers, or None if no candidate's markers.
     ``squares``: :func:`_square_candidates`, to complete fewer than four markers."""
@@ -929,6 +1019,20 @@ def _locate_by_markers(grey, found, cands, template_id, image, squares=None):
         details["other_templates_markers"] = {k: sorted(v) for k, v in ranked[1:]}
         details["template_choice"] = (f"markers of {len(ranked)} templates in the photo; chose "
                                       f"{tid} with {len(mids)} marker(s)")
+    shape = np.asarray(image).shape[:2]
+    repeated = [m for m in mids if getattr(found, "others", {}).get(m)]
+    if repeated or sum(len(v) >= 3 for _, v in ranked) >= 2:
+        # (a second sheet is possible only with a marker seen twice, or three markers of
+        # another template: the usual photo skips this)
+        whole = {k: _whole_sheets(tmap[k], found, v, shape) for k, v in ranked}
+        if sum(len(w) for w in whole.values()) >= 2:
+            raise _several_sheets(whole, template_id)
+    if repeated:
+        # The same marker twice: a second sheet of this template, whole or in part. Take the
+        # one detection per id that makes the most markers agree on a sheet in view (the
+        # neighbour's sheet at the table edge is cut off).
+        found, mids, why = _pick_repeated(t, found, mids, repeated, shape)
+        details["markers_repeated"] = why
     found = dict(found)
     mids = sorted(mids)
     if len(mids) < 4:
@@ -2281,8 +2385,11 @@ def _locate_sheet(image: np.ndarray, *, template_id: str | None, templates, chec
         if any(all(m in quick for m in t.marker_ids) for t in cands):
             found = quick
     if not found:
+        found = MarkerSet()
         for dictionary in dictionaries:
-            found.update(detect_markers(grey, dictionary=dictionary, small=small))
+            more = detect_markers(grey, dictionary=dictionary, small=small)
+            found.update(more)
+            found.others.update(more.others)
     relaxed_only = False
     if len(found) < 2:
         # At most one marker with the strict detector: a blurred or small photo. The relaxed one
