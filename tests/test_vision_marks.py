@@ -1067,3 +1067,54 @@ def test_the_empty_swatch_check_leaves_marks_flagged_readings_and_other_kinds_al
     assert out["s3"].reason.startswith("swatch left empty among coloured ones (2 others")
     assert out["s4"] == base["s4"] and out["b"] == base["b"]
     assert out["s1"] == base["s1"] and out["s2"] == base["s2"]
+
+
+def _covered(image, centre, radius_px, colour=(222, 176, 146)):
+    """``image`` with a hand lying on it: a skin-coloured disc, soft at its edge, its own light
+    falling off across it (as a hand's does)."""
+    import cv2
+    h, w = image.shape[:2]
+    mask = np.zeros((h, w), np.uint8)
+    cv2.circle(mask, (int(centre[0]), int(centre[1])), int(radius_px), 255, -1)
+    m = cv2.GaussianBlur(mask, (0, 0), 2.0).astype(np.float32)[..., None] / 255.0
+    shade = (1.0 - 0.15 * np.linspace(0, 1, w, dtype=np.float32))[None, :, None]
+    out = image.astype(np.float32) * (1 - m) + np.asarray(colour, np.float32) * shade * m
+    return out.round().astype(np.uint8)
+
+
+@pytest.mark.parametrize("learned", [None, "default"])
+def test_regions_under_a_hand_read_empty_are_flagged_as_print_not_seen(crypts, learned):
+    """A hand over part of the sheet: what the readers call bare paper there is skin, whose
+    print does not show. Every region wholly under it read "empty" is flagged with that reason;
+    nothing away from the hand is, and the same sheet without the hand has no such flag."""
+    t, render, model = crypts
+    cells = [r.id for r in t.regions_of_kind("box")]
+    marks = {rid: ["orange", "red", "blue", "green", "purple"][k % 5]
+             for k, rid in enumerate(cells[::3])}
+    painted = _paint(t, render, marks, seed=13)
+    W = model.shape[1]
+    ys, xs = np.divmod(model.pix, W)
+    centre_id = cells[len(cells) // 2]
+    i = model.region_ids.index(centre_id)
+    cx, cy = xs[model.label == i].mean(), ys[model.label == i].mean()
+    radius = 25 * DPI / 25.4  # 25 mm
+    reason = "print not seen"
+    clean = _read(model, painted, learned=learned)
+    assert not [r for r in clean.readings.values() if r.reason.startswith(reason)]
+    sheet = _read(model, _covered(painted, (cx, cy), radius), learned=learned)
+    under, away = [], []
+    for k, rid in enumerate(model.region_ids):
+        sel = model.label == k
+        d = np.hypot(xs[sel] - cx, ys[sel] - cy)
+        if d.max() < radius - 2.5 * DPI / 25.4:  # (its print's 1.5 mm reach inside too)
+            under.append(rid)
+        elif d.min() > radius + 2.5 * DPI / 25.4:
+            away.append(rid)
+    assert len(under) >= 4
+    for rid in under:  # (flagged for this, or already for another reason)
+        r = sheet.readings[rid]
+        assert r.review, (rid, r.mark, r.confidence)
+        if r.reason.startswith(reason):
+            assert r.mark == "empty" and r.features["print_seen"] < 0.2, (rid, r)
+    assert sum(sheet.readings[rid].reason.startswith(reason) for rid in under) >= 2
+    assert not [rid for rid in away if sheet.readings[rid].reason.startswith(reason)]
