@@ -1084,9 +1084,10 @@ def _covered(image, centre, radius_px, colour=(222, 176, 146)):
 
 @pytest.mark.parametrize("learned", [None, "default"])
 def test_regions_under_a_hand_read_empty_are_flagged_as_print_not_seen(crypts, learned):
-    """A hand over part of the sheet: what the readers call bare paper there is skin, whose
-    print does not show. Every region wholly under it read "empty" is flagged with that reason;
-    nothing away from the hand is, and the same sheet without the hand has no such flag."""
+    """A hand over part of the sheet: what the readers call bare paper (or a fill) there is
+    skin, whose print does not show. Every region wholly under it is flagged, several for that
+    reason; nothing away from the hand is, and the same sheet without the hand has no such
+    flag."""
     t, render, model = crypts
     cells = [r.id for r in t.regions_of_kind("box")]
     marks = {rid: ["orange", "red", "blue", "green", "purple"][k % 5]
@@ -1115,6 +1116,6 @@ def test_regions_under_a_hand_read_empty_are_flagged_as_print_not_seen(crypts, l
         r = sheet.readings[rid]
         assert r.review, (rid, r.mark, r.confidence)
         if r.reason.startswith(reason):
-            assert r.mark == "empty" and r.features["print_seen"] < 0.2, (rid, r)
+            assert r.features["print_seen"] < (0.2 if r.mark == "empty" else 0.1), (rid, r)
     assert sum(sheet.readings[rid].reason.startswith(reason) for rid in under) >= 2
     assert not [rid for rid in away if sheet.readings[rid].reason.startswith(reason)]

@@ -2109,8 +2109,10 @@ PRINT_SEEN_KP = 16
 PRINT_SEEN_KQ = 32
 PRINT_SEEN_MIN_PIXELS = 8
 #: A confident "empty" reading whose print shows less than this share of the photo's print
-#: contrast is flagged (:func:`_check_print_seen`).
+#: contrast is flagged (:func:`_check_print_seen`); any other confident reading under
+#: PRINT_SEEN_MIN_MARKED (pencil is translucent: the print shows through a fill).
 PRINT_SEEN_MIN = 0.2
+PRINT_SEEN_MIN_MARKED = 0.1
 #: Under this print contrast (a share of paper's brightness) at the photo's 75th percentile the print
 #: is nowhere clear enough to compare with (the photo's own doubt covers it): no check.
 PRINT_SEEN_PHOTO_MIN = 0.05
@@ -2197,19 +2199,20 @@ def _print_seen(image, model: SheetModel, valid) -> np.ndarray | None:
 
 def _check_print_seen(readings: dict, regions, seen: np.ndarray | None,
                       review_threshold: float) -> dict:
-    """Flag every confident "empty" reading whose print does not show (:func:`_print_seen`
-    under :data:`PRINT_SEEN_MIN`): something lies on the region (a hand, a pencil, a die), or
-    glare washes it out, and what the readers took for bare paper is not the sheet.
+    """Flag every confident reading whose print does not show (:func:`_print_seen` under
+    :data:`PRINT_SEEN_MIN` for "empty", :data:`PRINT_SEEN_MIN_MARKED` for a mark): something
+    lies on the region (a hand, a pencil, a die), or glare washes it out, and what the readers
+    took for bare paper, or for a fill, is not the sheet.
 
-    Measured (session 28): a hand (a skin-coloured ellipse) pasted over four easy photos left
+    Measured (session 28): a hand (a skin-coloured disc) pasted over four easy photos left
     8 confident errors on the two Reefs sheets (routes and treasures under it read "empty"
-    at 0.9956-0.9997, a green route at its edge "orange"); the print of the regions under it
-    read "empty" showed -0.01-0.02 of their photos' contrast. On 140 photos of spent corpora
-    (fresh2800k, ho1240k; easy, typical and hard) the 5,258 confident "empty" readings showed
-    0.34 or more (a typical photo's Reefs routes). Coloured readings are not checked: among
-    coloured boxes the paper near a region is pencil too (an earlier form of the measure, the
-    print against the region's own inside, read under 0.1 on 16 of 5,419 confident coloured
-    readings of those photos); the green route read "orange" stays unflagged.
+    at 0.9956-0.9997, a green route at its edge "orange" at 0.9993); the print of the regions
+    under it read "empty" showed -0.01-0.02 of their photos' contrast, the green route's 0.085.
+    On 140 photos of spent corpora (fresh2800k, ho1240k; easy, typical and hard) the 5,258
+    confident "empty" readings showed 0.34 or more (a typical photo's Reefs routes), and 4 of
+    the 5,419 confident marks under 0.1 (a hard photo's treasure box at -0.54, two swatches,
+    a points box): the lower limit for marks, whose print shows through the pencil, unless
+    a dark fill sits among dark fills where the nearby paper is pencil too.
     """
     if seen is None:
         return readings
@@ -2217,7 +2220,9 @@ def _check_print_seen(readings: dict, regions, seen: np.ndarray | None,
     for i, r in enumerate(regions):
         rd = readings[r.id]
         s = float(seen[i])
-        if rd.mark == "empty" and not rd.review and s == s and s < PRINT_SEEN_MIN:
+        if rd.review or s != s:
+            continue
+        if s < (PRINT_SEEN_MIN if rd.mark == "empty" else PRINT_SEEN_MIN_MARKED):
             out[r.id] = _flagged(rd, review_threshold,
                                  "print not seen: something covers the region (a hand, a "
                                  "pencil) or glare washes it out", print_seen=round(s, 4))
