@@ -68,6 +68,36 @@ def test_two_sheets_of_two_templates_are_refused_unless_one_is_named(sheets):
     assert min(x for x, _ in loc.details["page_corners_px"]) > sheets["a"].shape[1] - 5
 
 
+def _shrunk(a: np.ndarray, f: float) -> np.ndarray:
+    import cv2
+    return cv2.resize(a, None, fx=f, fy=f, interpolation=cv2.INTER_AREA)
+
+
+@pytest.mark.parametrize("other", ["b", "c"])
+def test_a_whole_sheet_far_smaller_than_the_players_is_another_players_across_the_table(
+        sheets, other):
+    """A second whole sheet at under 1/1.6 of the player's marker size (a sheet across the
+    table): the player's sheet, much nearer the camera, is the one photographed and is read,
+    whichever template the other is; at 0.8 of it, which one is meant cannot be told."""
+    from vision.locate import DOMINANT_SHEET
+
+    own = sheets["a"]
+    alone = locate_sheet(own)
+    far = _side_by_side(own, _shrunk(sheets[other], 0.5))
+    loc = locate_sheet(far)
+    assert loc.template.id == "crypts-2" and loc.markers_found == (4, 5, 6, 7)
+    assert np.abs(np.array(loc.details["page_corners_px"])
+                  - np.array(alone.details["page_corners_px"])).max() < 3.0
+    (o,) = loc.details["other_sheets"]
+    assert o["template"] == ("crypts-2" if other == "b" else "reefs-1")
+    # the same the other way round: the nearer sheet is read wherever it lies
+    near_right = _side_by_side(_shrunk(sheets[other], 0.5), own)
+    assert locate_sheet(near_right).template.id == "crypts-2"
+    assert 1 / 0.8 < DOMINANT_SHEET  # (at 0.8 neither is much nearer: refused)
+    with pytest.raises(SeveralSheetsError):
+        locate_sheet(_side_by_side(own, _shrunk(sheets[other], 0.8)))
+
+
 @pytest.mark.parametrize("strip", [0.15, 0.3, 0.5])
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_a_piece_of_a_neighbours_sheet_does_not_move_the_players_sheet(sheets, strip, side):

@@ -403,6 +403,10 @@ class MarkerSet(dict):
 #: Two detections of one id whose centres are more than this many marker sides apart are two
 #: markers (two sheets), not one marker seen twice.
 REPEAT_APART = 2.0
+#: Of two whole sheets in a photo, one whose markers are this many times the other's side
+#: (2.6 times its area: much nearer the camera) is the one photographed; closer in size, which
+#: one is meant cannot be told.
+DOMINANT_SHEET = 1.6
 
 
 def _refined_markers(grey: np.ndarray, rough, ids, refined=None) -> MarkerSet:
@@ -960,19 +964,20 @@ def _marker_choices(t: Template, found: dict, mids, shape):
 
 
 def _whole_sheets(t: Template, found: dict, mids, shape) -> list:
-    """The distinct sheets of ``t`` in view that three or more of its markers pin down
-    (each a tuple of its markers' centres)."""
+    """The distinct sheets of ``t`` in view that three or more of its markers pin down:
+    ``[(its markers' (id, x, y) centres, their mean side in px)]``."""
     if len(mids) < 3:
         return []
-    sheets = set()
-    for n, view, _, ok, f in _marker_choices(t, found, sorted(mids), shape):
+    sheets = {}
+    for n, view, side, ok, f in _marker_choices(t, found, sorted(mids), shape):
         if n >= 3 and view:
-            sheets.add(tuple(sorted((m, *np.round(f[m].mean(0)).astype(int).tolist()) for m in ok)))
+            key = tuple(sorted((m, *np.round(f[m].mean(0)).astype(int).tolist()) for m in ok))
+            sheets[key] = side
     # (three markers of a sheet whose fourth was read too are the same sheet)
     distinct = []
     for sh in sorted(sheets, key=len, reverse=True):
-        if not any(set(sh) <= set(d) for d in distinct):
-            distinct.append(sh)
+        if not any(set(sh) <= set(d) for d, _ in distinct):
+            distinct.append((sh, sheets[sh]))
     return distinct
 
 
@@ -1025,8 +1030,20 @@ def _locate_by_markers(grey, found, cands, template_id, image, squares=None):
         # (a second sheet is possible only with a marker seen twice, or three markers of
         # another template: the usual photo skips this)
         whole = {k: _whole_sheets(tmap[k], found, v, shape) for k, v in ranked}
-        if sum(len(w) for w in whole.values()) >= 2:
-            raise _several_sheets(whole, template_id)
+        sheets = sorted(((side, k) for k, v in whole.items() for _, side in v), reverse=True)
+        if len(sheets) >= 2:
+            if sheets[0][0] < DOMINANT_SHEET * sheets[1][0]:
+                raise _several_sheets(whole, template_id)
+            # One sheet far nearer the camera than any other (a player's own, another's
+            # across the table): it is the one photographed.
+            details["other_sheets"] = [{"template": k, "marker_side_px": round(sd, 1)}
+                                       for sd, k in sheets[1:]]
+            if sheets[0][1] != tid:
+                tid = sheets[0][1]
+                t, mids = tmap[tid], list(by_t[tid])
+                details["template_choice"] = (f"markers of {len(ranked)} templates in the "
+                                              f"photo; chose {tid}, the nearest sheet")
+                repeated = [m for m in mids if getattr(found, "others", {}).get(m)]
     if repeated:
         # The same marker twice: a second sheet of this template, whole or in part. Take the
         # one detection per id that makes the most markers agree on a sheet in view (the
