@@ -2339,6 +2339,8 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     Raises
     ------
     NoSheetFoundError, SheetCutOffError, BlurryPhotoError, UnknownTemplateError
+        :class:`SeveralSheetsError`: two or more whole sheets, none much nearer the camera
+        than the others (:data:`DOMINANT_SHEET`);
         and :class:`SheetTooSmallError` (a NoSheetFoundError): a sheet under
         ``SMALL_SHEET_PX_PER_MM`` that the blur check refused (its size is the cause), or no
         route registered but a page outline that small shows its print

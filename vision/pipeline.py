@@ -204,7 +204,8 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     ------
     SheetcheckError
         InputFileError, NotAnImageError, CorruptImageError, ImageTooLargeError (decode);
-        NoSheetFoundError, SheetCutOffError, UnknownTemplateError, BlurryPhotoError (locate);
+        NoSheetFoundError, SheetCutOffError, SeveralSheetsError, UnknownTemplateError,
+        BlurryPhotoError (locate);
         NoColourError (a black-and-white photo of a sheet).
     """
     with blas_one_thread:  # (the read's own threads, not BLAS's: vision._geom_threads)
