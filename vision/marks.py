@@ -2099,79 +2099,102 @@ EMPTY_SWATCH_OTHERS = 2
 
 
 #: :func:`_print_seen`: around each region (its pixels' box widened by PRINT_SEEN_REACH_MM),
-#: PRINT_SEEN_KP pixels of its print (the render's linear luminance under PRINT_SEEN_INK) and
-#: PRINT_SEEN_KQ of paper (over PRINT_SEEN_PAPER), spread evenly over those there; a region
-#: with fewer than PRINT_SEEN_MIN_PIXELS of either is not measured.
+#: PRINT_SEEN_KP pixels of its print (the render's linear luminance under PRINT_SEEN_INK),
+#: spread evenly over those with paper (over PRINT_SEEN_PAPER) within PRINT_SEEN_PARTNER_PX;
+#: a region with fewer than PRINT_SEEN_MIN_PIXELS such print pixels is not measured.
 PRINT_SEEN_REACH_MM = 1.5
-PRINT_SEEN_INK = 0.35
+PRINT_SEEN_INK = 0.6
 PRINT_SEEN_PAPER = 0.9
-PRINT_SEEN_KP = 16
-PRINT_SEEN_KQ = 32
+PRINT_SEEN_KP = 24
+PRINT_SEEN_PARTNER_PX = 4
 PRINT_SEEN_MIN_PIXELS = 8
-#: A confident "empty" reading whose print shows less than this share of the photo's print
-#: contrast is flagged (:func:`_check_print_seen`); any other confident reading under
-#: PRINT_SEEN_MIN_MARKED (pencil is translucent: the print shows through a fill).
+#: A confident reading whose print shows less than PRINT_SEEN_MIN of the photo's print
+#: contrast, or half of whose print pixels (PRINT_SEEN_HIDDEN) show less than PRINT_SEEN_PIXEL
+#: of it each, is flagged (:func:`_check_print_seen`).
 PRINT_SEEN_MIN = 0.2
-PRINT_SEEN_MIN_MARKED = 0.1
+PRINT_SEEN_PIXEL = 0.3
+PRINT_SEEN_HIDDEN = 0.5
 #: Under this print contrast (a share of paper's brightness) at the photo's 75th percentile the print
 #: is nowhere clear enough to compare with (the photo's own doubt covers it): no check.
 PRINT_SEEN_PHOTO_MIN = 0.05
 
 
 def _print_seen_geometry(model: SheetModel):
-    """``(print_taps, paper, ok)``: for each region, the flat indices of its print pixels'
-    3 x 3 neighbourhoods ``(R * PRINT_SEEN_KP * 9,)``, of its paper pixels
-    ``(R * PRINT_SEEN_KQ,)``, and whether it has enough of both ``(R,)`` (built once per
+    """``(print_taps, paper_taps, ok)``: for each region, PRINT_SEEN_KP of its print pixels
+    and, for each, the nearest paper pixel within PRINT_SEEN_PARTNER_PX of it (its partner),
+    both as the flat indices of their 3 x 3 neighbourhoods ``(R * PRINT_SEEN_KP * 9,)``, and
+    whether the region has enough print pixels with a partner ``(R,)`` (built once per
     model)."""
     H, W = model.shape
     lum = model.expected @ _LUM
     d = max(1, int(round(PRINT_SEEN_REACH_MM * model.dpi / 25.4)))
     R = len(model.region_ids)
     P = np.zeros((R, PRINT_SEEN_KP), np.int64)
-    Q = np.zeros((R, PRINT_SEEN_KQ), np.int64)
+    Q = np.zeros((R, PRINT_SEEN_KP), np.int64)
     ok = np.zeros(R, bool)
+    paper = lum > PRINT_SEEN_PAPER
+    # the offsets a partner is looked for at, nearest first
+    rr = PRINT_SEEN_PARTNER_PX
+    oy, ox = np.mgrid[-rr:rr + 1, -rr:rr + 1]
+    dist = np.hypot(oy, ox).ravel()
+    keep = (dist >= 1.5) & (dist <= rr)
+    order = np.argsort(dist[keep], kind="stable")
+    offs = np.stack([oy.ravel()[keep][order], ox.ravel()[keep][order]], 1)
     ys, xs = np.divmod(model.pix, W)
-    order = np.argsort(model.label, kind="stable")
-    bounds = np.searchsorted(model.label[order], np.arange(R + 1))
+    lorder = np.argsort(model.label, kind="stable")
+    bounds = np.searchsorted(model.label[lorder], np.arange(R + 1))
     for r in range(R):
-        sel = order[bounds[r]:bounds[r + 1]]
+        sel = lorder[bounds[r]:bounds[r + 1]]
         if sel.size == 0:
             continue
         y0, y1 = max(0, int(ys[sel].min()) - d), min(H, int(ys[sel].max()) + d + 1)
         x0, x1 = max(0, int(xs[sel].min()) - d), min(W, int(xs[sel].max()) + d + 1)
-        win = lum[y0:y1, x0:x1]
-        py, px = np.nonzero(win < PRINT_SEEN_INK)
-        qy, qx = np.nonzero(win > PRINT_SEEN_PAPER)
-        if py.size < PRINT_SEEN_MIN_PIXELS or qy.size < PRINT_SEEN_MIN_PIXELS:
+        py, px = np.nonzero(lum[y0:y1, x0:x1] < PRINT_SEEN_INK)
+        py, px = py + y0, px + x0
+        # each print pixel's partner: the first paper pixel in order of distance
+        cy = np.clip(py[:, None] + offs[None, :, 0], 0, H - 1)
+        cx = np.clip(px[:, None] + offs[None, :, 1], 0, W - 1)
+        hit = paper[cy, cx]
+        has = hit.any(axis=1)
+        if int(has.sum()) < PRINT_SEEN_MIN_PIXELS:
             continue
+        first = np.argmax(hit, axis=1)
+        py, px = py[has], px[has]
+        qy, qx = cy[has, first[has]], cx[has, first[has]]
         ip = np.linspace(0, py.size - 1, PRINT_SEEN_KP).round().astype(np.intp)
-        iq = np.linspace(0, qy.size - 1, PRINT_SEEN_KQ).round().astype(np.intp)
-        P[r] = (py[ip] + y0) * W + px[ip] + x0
-        Q[r] = (qy[iq] + y0) * W + qx[iq] + x0
+        P[r] = py[ip] * W + px[ip]
+        Q[r] = qy[ip] * W + qx[ip]
         ok[r] = True
-    # each print pixel's 3 x 3 neighbourhood (clipped to the frame): the darkest of it is read,
-    # so that a print misregistered by a pixel, or blurred thinner, is still found
-    py, px = np.divmod(P, W)
+    # each pixel's 3 x 3 neighbourhood (clipped to the frame): the darkest of the print's and
+    # the brightest of its partner's are read, so that a print misregistered by a pixel, or
+    # blurred thinner, is still found
     dy, dx = np.divmod(np.arange(9), 3)
-    ny = np.clip(py[..., None] + dy - 1, 0, H - 1)
-    nx = np.clip(px[..., None] + dx - 1, 0, W - 1)
-    return (ny * W + nx).reshape(-1), Q.reshape(-1), ok
+
+    def around(idx):
+        iy, ix = np.divmod(idx, W)
+        ny = np.clip(iy[..., None] + dy - 1, 0, H - 1)
+        nx = np.clip(ix[..., None] + dx - 1, 0, W - 1)
+        return (ny * W + nx).reshape(-1)
+    return around(P), around(Q), ok
 
 
 def _print_seen(image, model: SheetModel, valid) -> np.ndarray | None:
-    """Each region's print contrast as a share of the photo's: one less the ratio of the
-    median, over its print pixels, of the darkest pixel within one of each to the 75th
-    percentile of its nearby paper (linear luminance), over the same at the photo's 75th
-    percentile of regions. Read on the rectified photo as it is (``image``: a
-    NormalisedLight's uint8 ``image``, or a linear float image): print and paper lie within
-    PRINT_SEEN_REACH_MM of each other, under the same light. NaN where not measured (too
-    little print or paper near the region, or part of it outside the photo); None when the
-    photo's print contrast is under PRINT_SEEN_PHOTO_MIN.
+    """Each region's print contrast as a share of the photo's, and the share of its print
+    hidden: ``(R, 2)``. The first is the median, over its print
+    pixels, of one less the ratio of the print (the darkest pixel within one of it) to the
+    paper beside it (the brightest within one of its partner; linear luminance), over the
+    same at the photo's 75th percentile of regions; the second the share of its print pixels
+    whose own contrast is under PRINT_SEEN_PIXEL of that. Read on the rectified photo as it is
+    (``image``: a NormalisedLight's uint8 ``image``, or a linear float image): print and
+    partner lie a few pixels apart, under the same light and under the same pencil. NaN
+    where not measured (too little print with paper beside it, or part of it outside the
+    photo); None when the photo's print contrast is under PRINT_SEEN_PHOTO_MIN.
 
-    The print is everywhere on a sheet and the template says where. A hand or a pencil lying
-    on the sheet hides it: its print's pixels are as bright as those beside them (~0 of the
-    photo's contrast), while pencil strokes leave the print showing through."""
-    taps, paper, ok = per_model(model, "print_seen", _print_seen_geometry)
+    The print is everywhere on a sheet and the template says where. A hand, a pencil or a
+    die lying on the sheet hides it: the print's pixels are as bright as the paper's beside
+    them (~0 of the photo's contrast), while a pencil stroke darkens both and leaves the
+    print showing through."""
+    taps, partners, ok = per_model(model, "print_seen", _print_seen_geometry)
     R = len(model.region_ids)
     if not ok.any():
         return None
@@ -2181,51 +2204,57 @@ def _print_seen(image, model: SheetModel, valid) -> np.ndarray | None:
         lum_of = lambda idx: SRGB_TO_LINEAR[flat.take(idx, axis=0)] @ _LUM  # noqa: E731
     else:
         lum_of = lambda idx: flat.take(idx, axis=0) @ _LUM  # noqa: E731
-    ink = np.median(lum_of(taps).reshape(R, PRINT_SEEN_KP, 9).min(axis=2), axis=1)
-    bright = np.percentile(lum_of(paper).reshape(R, PRINT_SEEN_KQ), 75, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        contrast = 1.0 - ink / bright
-    use = ok & (bright > 0)
+    ink = lum_of(taps).reshape(R, PRINT_SEEN_KP, 9).min(axis=2)
+    bright = lum_of(partners).reshape(R, PRINT_SEEN_KP, 9).max(axis=2)
+    each = 1.0 - ink / np.maximum(bright, 1e-4)
+    contrast = np.median(each, axis=1)
+    use = ok.copy()
     if valid is not None:
         v = np.asarray(valid, bool).reshape(-1)
-        use &= v[taps].reshape(R, -1).all(axis=1) & v[paper].reshape(R, -1).all(axis=1)
+        use &= v[taps].reshape(R, -1).all(axis=1) & v[partners].reshape(R, -1).all(axis=1)
     if not use.any():
         return None
     typ = float(np.percentile(contrast[use], 75))
     if typ < PRINT_SEEN_PHOTO_MIN:
         return None
-    return np.where(use, contrast / typ, np.nan)
+    hidden = np.mean(each < PRINT_SEEN_PIXEL * typ, axis=1)
+    return np.stack([np.where(use, contrast / typ, np.nan), np.where(use, hidden, np.nan)], 1)
 
 
 def _check_print_seen(readings: dict, regions, seen: np.ndarray | None,
                       review_threshold: float) -> dict:
-    """Flag every confident reading whose print does not show (:func:`_print_seen` under
-    :data:`PRINT_SEEN_MIN` for "empty", :data:`PRINT_SEEN_MIN_MARKED` for a mark): something
-    lies on the region (a hand, a pencil, a die), or glare washes it out, and what the readers
-    took for bare paper, or for a fill, is not the sheet.
+    """Flag every confident reading whose print does not show (:func:`_print_seen`: under
+    :data:`PRINT_SEEN_MIN` of the photo's contrast, or at least :data:`PRINT_SEEN_HIDDEN` of
+    its print pixels each under :data:`PRINT_SEEN_PIXEL` of it): something lies on the region
+    (a hand, a pencil, a die), or glare washes it out, and what the readers took for bare
+    paper, or for a fill, is not the sheet. A pencil stroke is translucent: the print shows
+    through it, darker than the pencilled paper beside it.
 
-    Measured (session 28): a hand (a skin-coloured disc) pasted over four easy photos left
-    8 confident errors on the two Reefs sheets (routes and treasures under it read "empty"
-    at 0.9956-0.9997, a green route at its edge "orange" at 0.9993); the print of the regions
-    under it read "empty" showed -0.01-0.02 of their photos' contrast, the green route's 0.085.
-    On 140 photos of spent corpora (fresh2800k, ho1240k; easy, typical and hard) the 5,258
-    confident "empty" readings showed 0.34 or more (a typical photo's Reefs routes), and 4 of
-    the 5,419 confident marks under 0.1 (a hard photo's treasure box at -0.54, two swatches,
-    a points box): the lower limit for marks, whose print shows through the pencil, unless
-    a dark fill sits among dark fills where the nearby paper is pencil too.
+    Measured (session 28, on photos pasted together from simulated ones): a hand (a
+    skin-coloured disc) over four easy photos left 8 confident errors on the two Reefs sheets
+    (routes and treasures under it read "empty" at 0.9956-0.9997, a green route at its edge
+    "orange" at 0.9993), all flagged now (their print 0.00 of their photos' contrast, 92-100 %
+    hidden); a folded-over corner left 1 (a blue propeller read "empty"), flagged; an opaque
+    red bar (a pencil, 7 mm) across six sheets left 21 (regions under it read "red"), 14 now:
+    Crypts cells 11 -> 6, and a Reefs route's only dark print is its end circles, beyond the
+    bar. On 140 photos of spent corpora (fresh2800k, ho1240k; easy, typical and hard) the
+    10,723 confident readings showed 0.31 of the photo's contrast or more, none had half its
+    print hidden (8 had 40 %). Spent corpora read with it: 18, 4 and 3 flags on fresh2700k,
+    fresh2800k and ho1240k (0.00-0.05 points of their regions).
     """
     if seen is None:
         return readings
     out = dict(readings)
     for i, r in enumerate(regions):
         rd = readings[r.id]
-        s = float(seen[i])
-        if rd.review or s != s:
+        rel, hidden = float(seen[i, 0]), float(seen[i, 1])
+        if rd.review or rel != rel:
             continue
-        if s < (PRINT_SEEN_MIN if rd.mark == "empty" else PRINT_SEEN_MIN_MARKED):
+        if rel < PRINT_SEEN_MIN or hidden >= PRINT_SEEN_HIDDEN:
             out[r.id] = _flagged(rd, review_threshold,
                                  "print not seen: something covers the region (a hand, a "
-                                 "pencil) or glare washes it out", print_seen=round(s, 4))
+                                 "pencil) or glare washes it out",
+                                 print_seen=round(rel, 4), print_hidden=round(hidden, 4))
     return out
 
 
