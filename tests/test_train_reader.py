@@ -86,18 +86,14 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     assert reader_dataset.seed_allowed(2200119)     # crossed out at 0.3, read in session 24
     assert not reader_dataset.seed_allowed(2200120) and not reader_dataset.seed_allowed(2100300)
     assert reader_dataset.seed_allowed(2300299) and reader_dataset.seed_allowed(1180119)
-    assert reader_dataset.seed_allowed(2400299) and reader_dataset.seed_allowed(1190119)
-    assert not reader_dataset.seed_allowed(2400300) and not reader_dataset.seed_allowed(1190120)
-    assert reader_dataset.seed_allowed(2500299) and reader_dataset.seed_allowed(1210119)
-    assert not reader_dataset.seed_allowed(2500300) and not reader_dataset.seed_allowed(1210120)
-    assert reader_dataset.seed_allowed(2600299) and reader_dataset.seed_allowed(1220119)
-    assert not reader_dataset.seed_allowed(2600300) and not reader_dataset.seed_allowed(1220120)
-    assert reader_dataset.seed_allowed(2700299) and reader_dataset.seed_allowed(1230119)
-    assert not reader_dataset.seed_allowed(2700300) and not reader_dataset.seed_allowed(1230120)
-    assert reader_dataset.seed_allowed(2800299) and reader_dataset.seed_allowed(1240119)
-    assert not reader_dataset.seed_allowed(2800300) and not reader_dataset.seed_allowed(1240120)
-    assert reader_dataset.seed_allowed(2900299) and reader_dataset.seed_allowed(1250119)
-    assert not reader_dataset.seed_allowed(2900300) and not reader_dataset.seed_allowed(1250120)
+    # the fresh pairs spent since session 25 (default painter, held-out painter): up to their
+    # last seeds, not one beyond
+    for default_end, heldout_end in ((2400299, 1190119), (2500299, 1210119), (2600299, 1220119),
+                                     (2700299, 1230119), (2800299, 1240119), (2900299, 1250119),
+                                     (3000299, 1260119)):
+        assert reader_dataset.seed_allowed(default_end) and reader_dataset.seed_allowed(heldout_end)
+        assert not reader_dataset.seed_allowed(default_end + 1)
+        assert not reader_dataset.seed_allowed(heldout_end + 1)
     assert not reader_dataset.seed_allowed(3100000)  # the next fresh measurement: never
     assert not reader_dataset.seed_allowed(1270000)  # the next held-out one: never
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
