@@ -2201,7 +2201,8 @@ def _print_seen(image, model: SheetModel, valid) -> np.ndarray | None:
     img = getattr(image, "image", image)
     flat = np.asarray(img).reshape(-1, 3)
     if flat.dtype == np.uint8:
-        lum_of = lambda idx: SRGB_TO_LINEAR[flat.take(idx, axis=0)] @ _LUM  # noqa: E731
+        # (cv2.LUT: the table lookup of NormalisedLight.sample, a third of numpy's time)
+        lum_of = lambda idx: cv2.LUT(flat.take(idx, axis=0), SRGB_TO_LINEAR) @ _LUM  # noqa: E731
     else:
         lum_of = lambda idx: flat.take(idx, axis=0) @ _LUM  # noqa: E731
     ink = lum_of(taps).reshape(R, PRINT_SEEN_KP, 9).min(axis=2)
