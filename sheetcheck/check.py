@@ -73,6 +73,7 @@ def check_photo(photo, *, template_id: str | None = None,
     loc = reading.location
     reader = {"method": loc.method, "markers_found": [int(m) for m in loc.markers_found],
               "quality": round(float(loc.quality), 4), "review_count": len(reading.flagged),
+              **({"mirrored": True} if loc.details.get("mirrored") else {}),
               "photo_size": list(reading.details.get("photo_size", [])),
               "timings_ms": {k: round(float(v), 2) for k, v in reading.timings_ms.items()}}
     photo_info = {"name": filename, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}

@@ -55,6 +55,12 @@ enough, but a blur refusal its size explains, or a failure where the best page o
 small and shows the print, raises :class:`SheetTooSmallError` ("move closer"). See
 docs/BAD_INPUT.md.
 
+A *mirrored* photo (a front camera's selfie view) reads no marker and matches no sheet the
+right way round: when the location looks like one (unsure, or markers printed but fewer than
+two decoded) or the photo was refused as without a known sheet, too blurred or cut off, the
+photo flipped left-right is located as well, and a clearly better flipped location is kept
+(``details["mirrored"]``; its homography includes the flip). See :func:`_unmirrored`.
+
 What depends on the template alone (renderings, ink, blur tiles) is cached per template;
 :func:`prepare` builds it up front for a process that reads many photos.
 
@@ -2345,7 +2351,171 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
         ``SMALL_SHEET_PX_PER_MM`` that the blur check refused (its size is the cause), or no
         route registered but a page outline that small shows its print
         (:func:`_small_sheet_outline`).
+
+    Notes
+    -----
+    A photo may be mirrored (a front camera's selfie view, a photo of the sheet in a mirror):
+    its markers do not read and its print matches no template the right way round. When the
+    location looks like one of a mirrored photo, or the photo was refused, the photo flipped
+    left-right is located as well (:func:`_unmirrored`); when that is clearly the better
+    location, it is returned with its homography mapping the template onto the photo *as
+    given* (it includes the flip) and ``details["mirrored"]`` true.
     """
+    try:
+        res = _locate_or_small(image, template_id=template_id, templates=templates,
+                               check_blur=check_blur, defer_checks=defer_checks)
+    except (NoSheetFoundError, BlurryPhotoError, SheetCutOffError) as e:
+        if isinstance(e, SheetTooSmallError):
+            raise
+        # (a mirrored photo's false refusals: its print matches no sheet, or a wrong
+        # location's blur measure or view; not "the markers of another template": markers
+        # that decode are the right way round)
+        flipped, _ = _unmirrored(image, None, template_id=template_id, templates=templates,
+                                 check_blur=check_blur, defer_checks=defer_checks)
+        if flipped is None:
+            raise
+        return flipped
+    location = res[0] if defer_checks else res
+    if not _mirror_suspect(location):
+        return res
+    flipped, tried = _unmirrored(image, location, template_id=template_id, templates=templates,
+                                 check_blur=check_blur, defer_checks=defer_checks)
+    if flipped is not None:
+        return flipped
+
+    def noted(loc: SheetLocation) -> SheetLocation:
+        return SheetLocation(template=loc.template, homography=loc.homography, method=loc.method,
+                             markers_found=loc.markers_found, quality=loc.quality,
+                             details={**loc.details, "mirror_tried": tried})
+    if not defer_checks:
+        return noted(res)
+    checks = res[1]
+    return noted(location), lambda: noted(checks())
+
+
+#: A location this unsure (``quality``) may be of a mirrored photo, whose print matches no
+#: template the right way round: the photo flipped is located as well. Spent corpora
+#: (fresh2900k, ho1250k; 220 photos): 7 of the normal ones below it, all hard; their 37
+#: mirrored copies located by the page route: 0.00-0.45.
+MIRROR_SUSPECT_QUALITY = 0.5
+#: Flipped, a location replaces the first one only when it is clearly better: ``quality`` and
+#: registration score together at least this much higher, ``quality`` alone at least
+#: ``MIRROR_MIN_QUALITY_GAIN`` higher, and the registration no lower (but for noise,
+#: ``MIRROR_REGISTRATION_NOISE``). The mirrored copies of 37 spent photos against their true
+#: orientation: sum +0.45 to +1.9, quality +0.19 to +1.0, registration -0.00 to +0.67.
+MIRROR_MIN_GAIN = 0.35
+MIRROR_MIN_QUALITY_GAIN = 0.15
+MIRROR_REGISTRATION_NOISE = 0.02
+#: A refused photo's flipped location is kept when at least this sure and lined up: the
+#: true orientation of the spent mirrored photos refused as "matches no sheet", "no sheet" or
+#: "too blurred": quality 0.35-1.0, registration 0.43-0.76.
+MIRROR_ALONE_QUALITY = 0.3
+MIRROR_ALONE_REGISTRATION = 0.4
+
+
+def _markers_read(location: SheetLocation) -> set[int]:
+    """The location's template markers that the strict detector decoded (not anchored on an
+    unreadable square, not found by the relaxed detector alone)."""
+    d = location.details
+    ids = set(location.template.marker_ids)
+    read = (set(location.markers_found) | set(d.get("markers_detected", ()))) & ids
+    return read - set(d.get("markers_anchored", ())) - set(d.get("markers_relaxed", ()))
+
+
+def _mirror_suspect(location: SheetLocation) -> bool:
+    """Whether a location may be of a mirrored photo: it is unsure, or the sheet has markers
+    printed and fewer than two of them read. A mirrored marker decodes as no id (but for a
+    few symmetric ones), so such a photo's squares are anchored as markers of whichever
+    template's print fits least badly (spent mirrored photos: all as crypts-1's, at quality
+    up to 0.83); a normal photo reads two or more (all 156 spent ones located by markers)."""
+    if location.quality < MIRROR_SUSPECT_QUALITY:
+        return True
+    printed = location.details.get("markers_printed", location.method.startswith("markers"))
+    return bool(printed) and len(_markers_read(location)) < 2
+
+
+def _unmirrored(image, first: SheetLocation | None, *, template_id, templates, check_blur,
+                defer_checks):
+    """Locate the photo flipped left-right (see :func:`locate_sheet`).
+
+    Returns ``(replacement, tried)``: ``replacement`` is the flipped location (or with
+    ``defer_checks`` the pair of it and its checks), its homography composed with the flip so
+    that it maps the template onto ``image``, when it is clearly better than ``first``
+    (``MIRROR_MIN_GAIN``) or, when the photo was refused (``first`` None), good enough alone
+    (``MIRROR_ALONE_QUALITY``); else None. ``tried`` describes the location that lost (the
+    flipped one, ``{"refused": ...}`` when the flipped photo was refused, or the given one).
+    """
+    a = _check_image(image)
+    _candidates(template_id, templates)  # (an unknown template's error is not the photo's)
+    flipped = np.ascontiguousarray(a[:, ::-1])
+    try:
+        res = _locate_or_small(flipped, template_id=template_id, templates=templates,
+                               check_blur=check_blur, defer_checks=defer_checks)
+    except (NoSheetFoundError, SheetCutOffError, BlurryPhotoError, UnknownTemplateError,
+            SeveralSheetsError) as e:  # (the photo as given keeps its own outcome)
+        res, refused = None, e
+    g_flipped = photo_grey(flipped)  # (takes locate's memo of the flipped photo, or converts)
+    grey = photo_grey(a, remember=True)  # rectify measures on the given photo's grey
+    if res is None:
+        return None, {"refused": getattr(refused, "code", type(refused).__name__)}
+    loc_f = res[0] if defer_checks else res
+
+    def summary(loc: SheetLocation, g) -> dict:
+        reg = loc.details.get("registration")
+        if reg is None:
+            reg = registration_score(g, loc.homography, loc.template,
+                                     markers=bool(loc.details.get("markers_printed", True)))
+        return {"template": loc.template.id, "method": loc.method,
+                "quality": round(float(loc.quality), 4), "registration": round(float(reg), 4)}
+
+    f = summary(loc_f, g_flipped)
+    # Three or more markers decoded where the photo as given decoded at most one: ids in the
+    # template's layout do not come about by chance (a mirrored marker decodes as no id, but
+    # for a few symmetric ones), whatever the registration score says on a hard photo (spent
+    # ho1250k crypts-3-hard-m-s1250050 mirrored: crypts-1's print fitted at 0.46, the true
+    # crypts-3 read by four markers at 0.37).
+    n_read = len(_markers_read(loc_f))
+    decoded = n_read >= 3 and f["quality"] >= MIRROR_SUSPECT_QUALITY and \
+        (first is None or len(_markers_read(first)) < 2)
+    # Otherwise a flipped location on printed markers must have read two of them: squares
+    # anchored as markers fit the page's corners as well flipped as not (a quality near 1 on
+    # a clean synthetic page under a template it is not), so they say nothing of the flip.
+    unread = bool(loc_f.details.get("markers_printed", False)) and n_read < 2
+    if first is None:
+        given = None
+        if not decoded and (unread or f["quality"] < MIRROR_ALONE_QUALITY or
+                            f["registration"] < MIRROR_ALONE_REGISTRATION):
+            return None, f
+    else:
+        given = summary(first, grey)
+        dq = f["quality"] - given["quality"]
+        dr = f["registration"] - given["registration"]
+        if not decoded and (unread or dq + dr < MIRROR_MIN_GAIN or dq < MIRROR_MIN_QUALITY_GAIN
+                            or dr < -MIRROR_REGISTRATION_NOISE):
+            return None, f
+    w = a.shape[1]
+    flip = np.array([[-1.0, 0.0, w - 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+
+    def unflipped(loc: SheetLocation) -> SheetLocation:
+        d = dict(loc.details)
+        for key in ("page_corners_px", "page_quad_px"):
+            if key in d:
+                d[key] = [[round(w - 1.0 - x, 2), y] for x, y in d[key]]
+        d["mirrored"] = True
+        d["unmirrored_location"] = given  # (the location the photo as given had, or None)
+        return SheetLocation(template=loc.template, homography=flip @ loc.homography,
+                             method=loc.method, markers_found=loc.markers_found,
+                             quality=loc.quality, details=d)
+
+    if not defer_checks:
+        return unflipped(res), None
+    checks = res[1]
+    return (unflipped(loc_f), lambda: unflipped(checks())), None
+
+
+def _locate_or_small(image: np.ndarray, *, template_id: str | None, templates,
+                     check_blur: bool, defer_checks: bool):
+    """:func:`locate_sheet` but for a mirrored photo."""
     try:
         res = _locate_sheet(image, template_id=template_id, templates=templates,
                             check_blur=check_blur, defer_checks=defer_checks)

@@ -103,7 +103,9 @@ class SheetReading:
             "template_version": self.template.version,
             "game": self.template.game,
             "location": {"method": loc.method, "markers_found": [int(m) for m in loc.markers_found],
-                         "quality": round(float(loc.quality), 4)},
+                         "quality": round(float(loc.quality), 4),
+                         # (added in session 30, only when true: a mirrored photo, read flipped)
+                         **({"mirrored": True} if loc.details.get("mirrored") else {})},
             "regions": {rid: r.to_json() for rid, r in self.readings.items()},
             "review_count": len(self.flagged),
             "palette": self.palette.to_json(),

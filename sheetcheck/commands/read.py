@@ -50,7 +50,9 @@ def format_text(reading) -> str:
     t = reading.template
     lines = [f"{reading.photo}: {t.id} v{t.version} ({t.title})",
              f"  located by {loc.method}, markers {list(loc.markers_found) or 'none'}, "
-             f"quality {loc.quality:.2f}",
+             f"quality {loc.quality:.2f}"
+             + (", photo mirrored (selfie camera?): read flipped left-right"
+                if loc.details.get("mirrored") else ""),
              f"  palette calibrated from {reading.palette.source}"]
     flagged = reading.flagged
     lines.append(f"  {len(reading.readings)} regions, {len(flagged)} to review")
