@@ -2446,8 +2446,20 @@ def _unmirrored(image, first: SheetLocation | None, *, template_id, templates, c
     flipped one, ``{"refused": ...}`` when the flipped photo was refused, or the given one).
     """
     a = _check_image(image)
-    _candidates(template_id, templates)  # (an unknown template's error is not the photo's)
+    cands = _candidates(template_id, templates)  # (an unknown template's error is not the photo's)
     flipped = np.ascontiguousarray(a[:, ::-1])
+    if first is not None and first.details.get("markers_printed"):
+        # The sheet has markers printed: the flipped location can only be kept on two or more
+        # decoded ones (below). When the detector decodes fewer flipped, the whole locate
+        # (~1-2 s) is spared (spent hard photos whose markers read badly either way round).
+        g = cv2.cvtColor(flipped, cv2.COLOR_RGB2GRAY)  # (locate's grey memo is the photo's)
+        small = _detect_image(g)
+        seen: set[int] = set()
+        for dictionary in sorted({t.aruco_dictionary for t in cands}):
+            seen.update(detect_markers(g, dictionary=dictionary, small=small))
+        most = max(len(seen & set(t.marker_ids)) for t in cands)
+        if most < 2:
+            return None, {"markers_decoded": most}
     try:
         res = _locate_or_small(flipped, template_id=template_id, templates=templates,
                                check_blur=check_blur, defer_checks=defer_checks)
