@@ -1,0 +1,103 @@
+"""scripts/make_variants.py: photos the simulator never makes, made from a corpus with truth."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from calibration.template import get_template
+from vision.locate import _page_corners, project
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # (make_corpus's workers find it again by name)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus")
+    mc = _script("make_corpus")
+    assert mc.main(["--out", str(out), "--count", "4", "--seed", "41", "--workers", "1",
+                    "--set", "output_long_side=900"]) == 0
+    return out
+
+
+def _rgb(p: Path) -> np.ndarray:
+    return np.asarray(Image.open(p).convert("RGB")).astype(np.int16)
+
+
+def _truth(p: Path) -> dict:
+    return json.loads(p.with_name(p.name[:-4] + ".truth.json").read_text())
+
+
+def test_mirrored_flips_the_photo_and_its_truth_geometry(corpus, tmp_path):
+    mv = _script("make_variants")
+    out = tmp_path / "mirrored"
+    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", "mirrored"]) == 0
+    photos = sorted(corpus.glob("*.jpg"))
+    assert sorted(p.name for p in out.glob("*.jpg")) == [p.name for p in photos]
+    for p in photos:
+        a, b = _rgb(p), _rgb(out / p.name)
+        assert np.abs(b - a[:, ::-1]).mean() < 3.0  # (JPEG again, nothing else)
+        assert np.abs(b - a).mean() > 5.0  # (a page on a table is not symmetric)
+        t0, t1 = _truth(p), _truth(out / p.name)
+        assert t1["marks"] == t0["marks"] and t1["variant"] == {"kind": "mirrored"}
+        w = a.shape[1]
+        c0 = np.asarray(t0["page_corners_px"])
+        c1 = np.asarray(t1["page_corners_px"])
+        assert np.allclose(c1[:, 0], w - 1 - c0[:, 0], atol=1e-2) and np.allclose(c1[:, 1], c0[:, 1])
+        # the flipped homography puts the page where the flipped photo has it
+        t = get_template(t1["template"])
+        H = np.asarray(t1["homography"])
+        assert np.abs(project(H, _page_corners(t)) - c1).max() < 0.02 * w
+
+
+def test_coffee_stains_darken_the_page_only_where_the_stain_is(corpus, tmp_path):
+    mv = _script("make_variants")
+    out = tmp_path / "coffee"
+    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", "coffee", "--seed", "3"]) == 0
+    for p in sorted(corpus.glob("*.jpg")):
+        a, b = _rgb(p), _rgb(out / p.name)
+        t1 = _truth(out / p.name)
+        assert t1["marks"] == _truth(p)["marks"]
+        ring = t1["variant"]["ring"]
+        assert t1["variant"]["kind"] == "coffee" and 35 <= ring["radius_mm"] <= 45
+        # stained pixels are darker, mostly in blue (coffee absorbs blue most); none lighter
+        d = (b - a).astype(float)
+        stained = d.sum(axis=2) < -30
+        assert stained.mean() > 0.0005
+        assert (d[stained][:, 2] < d[stained][:, 0]).mean() > 0.9
+        assert (d.sum(axis=2) > 30).mean() < 0.001
+        # and they lie on the ring (or the blot), in template mm
+        H = np.asarray(t1["homography"])
+        ys, xs = np.nonzero(stained)
+        mm = project(np.linalg.inv(H), np.stack([xs, ys], 1).astype(float))
+        r = np.hypot(mm[:, 0] - ring["centre_mm"][0], mm[:, 1] - ring["centre_mm"][1])
+        on_ring = np.abs(r - ring["radius_mm"] + ring["width_mm"] / 2) < ring["width_mm"] + 3
+        if t1["variant"]["blot"] is None:
+            assert on_ring.mean() > 0.95
+        else:
+            assert on_ring.mean() > 0.3
+    # the same arguments give the same files
+    again = tmp_path / "again"
+    assert mv.main(["--from", str(corpus), "--out", str(again), "--kind", "coffee", "--seed", "3"]) == 0
+    for p in sorted(out.glob("*")):
+        assert (again / p.name).read_bytes() == p.read_bytes()
+
+
+def test_an_empty_folder_is_refused_with_a_message(tmp_path, capsys):
+    mv = _script("make_variants")
+    assert mv.main(["--from", str(tmp_path), "--out", str(tmp_path / "o"), "--kind", "coffee"]) == 2
+    assert "no photos" in capsys.readouterr().err
