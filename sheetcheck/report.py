@@ -846,6 +846,8 @@ def format_text(report: Report) -> str:
     out = [f"sheet    {t.id} v{t.version}: {t.title} (level {t.level})"]
     if report.photo.get("name"):
         out.insert(0, f"photo    {report.photo['name']}")
+    if report.reader.get("mirrored"):
+        out.append("         the photo is mirrored (a selfie camera?): read flipped left-right")
     out.append("")
     rules = {(ln.section, ln.label): ln.points for ln in report.audit.rules.lines}
     claimed = {(ln.section, ln.label): ln.points for ln in report.audit.claimed.lines}

@@ -95,3 +95,15 @@ def test_read_says_the_photo_was_mirrored(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "reefs-1" in out and "photo mirrored" in out
+
+
+def test_check_reports_the_mirrored_photo(tmp_path, capsys):
+    _, data = _mirrored("crypts-2-easy-s4.jpg")
+    photo = tmp_path / "selfie.jpg"
+    photo.write_bytes(data)
+    # (the sheet as photographed straight is OK: sample_photos/crypts-2-easy-s4.expected.json)
+    assert main(["check", str(photo), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["template"]["id"] == "crypts-2" and doc["reader"]["mirrored"] is True
+    main(["check", str(photo)])
+    assert "read flipped left-right" in capsys.readouterr().out
