@@ -2378,6 +2378,25 @@ def locate_sheet(image: np.ndarray, *, template_id: str | None = None,
     location = res[0] if defer_checks else res
     if not _mirror_suspect(location):
         return res
+    if defer_checks:
+        # (a suspect location's checks run now: a mirrored photo's wrong location is often
+        # refused as blurred or cut off, and that refusal is one the flip may answer)
+        try:
+            location = res[1]()
+        except (BlurryPhotoError, SheetCutOffError, SheetTooSmallError) as e:
+            if not isinstance(e, SheetTooSmallError):
+                flipped, _ = _unmirrored(image, None, template_id=template_id,
+                                         templates=templates, check_blur=check_blur,
+                                         defer_checks=defer_checks)
+                if flipped is not None:
+                    return flipped
+            refusal = e
+
+            def refused():
+                raise refusal  # (when the caller runs the checks, as deferred checks do)
+            return res[0], refused
+        checked = location
+        res = (location, lambda: checked)
     flipped, tried = _unmirrored(image, location, template_id=template_id, templates=templates,
                                  check_blur=check_blur, defer_checks=defer_checks)
     if flipped is not None:
