@@ -2446,7 +2446,10 @@ def _mirror_suspect(location: SheetLocation) -> bool:
     printed and fewer than two of them read. A mirrored marker decodes as no id (but for a
     few symmetric ones), so such a photo's squares are anchored as markers of whichever
     template's print fits least badly (spent mirrored photos: all as crypts-1's, at quality
-    up to 0.83); a normal photo reads two or more (all 156 spent ones located by markers)."""
+    up to 0.83). A photo the right way round mostly reads two or more: of 220 plain spent
+    photos, 16 hard ones were suspect (14 whose markers were too blurred to decode, 2
+    unsure without markers), none of them flipped; :func:`_unmirrored` decodes the flipped
+    photo's markers first, which spares the 14 the flipped locate."""
     if location.quality < MIRROR_SUSPECT_QUALITY:
         return True
     printed = location.details.get("markers_printed", location.method.startswith("markers"))
