@@ -470,9 +470,9 @@ def test_lab_in_row_blocks_is_the_one_product_bit_for_bit():
     np.testing.assert_array_equal(lab.reshape(-1, 3), linear_to_lab(img.reshape(-1, 3)))
 
 
-def test_the_fast_cube_root_is_within_two_units_of_np_cbrt_and_passes_odd_values_through():
+def test_the_fast_cube_root_is_within_two_units_of_the_rounded_root_and_passes_odd_values_through():
     """linear_to_lab's cube root (vision.colour._cbrt_f32: a guess from the float's bits and
-    three Newton steps) against np.cbrt and against the root in double precision, over the
+    three Newton steps) against the root in double precision and np.cbrt, over the
     range a photo's XYZ values take (the toe at (6/29)^3 up to glare far above paper), exact
     cubes, and NaN, infinity and huge values, which take np.cbrt."""
     from vision.colour import _cbrt_f32
@@ -482,9 +482,15 @@ def test_the_fast_cube_root_is_within_two_units_of_np_cbrt_and_passes_odd_values
                         [d3, 1.0, 8.0, 27.0, 0.125]]).astype(np.float32)
     y = _cbrt_f32(x)
     assert y.dtype == np.float32 and y.shape == x.shape and y is not x
-    ulp = np.abs(y.view(np.int32).astype(np.int64) - np.cbrt(x).view(np.int32))
-    assert ulp.max() <= 2
+    def ulp(a, b):
+        return np.abs(a.view(np.int32).astype(np.int64) - b.view(np.int32))
+
     exact = np.cbrt(x.astype(np.float64))
+    # within 2 units of the correctly rounded root; np.cbrt itself is not correctly rounded
+    # and differs by machine (cbrtf, or numpy's SIMD loops: on an AVX-512 machine with numpy
+    # 2.4 it is 2 units off the rounded root, and 3 off this one, on a few values)
+    assert ulp(y, exact.astype(np.float32)).max() <= 2
+    assert ulp(y, np.cbrt(x)).max() <= 4
     assert np.max(np.abs(y - exact) / exact) < 3e-7  # (float32 spacing is 1.2e-7 of a value)
     np.testing.assert_array_equal(y[-4:], [1.0, 2.0, 3.0, 0.5])
     odd = np.array([np.nan, np.inf, 1e31, 3.0e38], np.float32)

@@ -95,10 +95,11 @@ def _cbrt_f32(x: np.ndarray) -> np.ndarray:
     ~14 ns a value, ~10 ms of a 12 MP read's ~250,000 region, paper and halo pixels (three
     values each). Here: a first guess from the float's bits (the exponent divided by three),
     then three Newton steps ``y = (2 y + x / y^2) / 3``, each a few whole-array float32
-    operations: ~2.5 ns a value. Within 2 units in the last place of ``np.cbrt`` (which is
-    itself not correctly rounded: ``cbrtf`` differs from the correctly rounded root on
-    11 % of values, by one unit); on 1M values from 0.008 to 3, 42 % differ from ``np.cbrt``
-    by 1-2 units, about 1e-7 of the value. Values that are not positive and finite below
+    operations: ~2.5 ns a value. Within 2 units in the last place of the correctly rounded
+    root (``np.cbrt`` is not correctly rounded either: ``cbrtf`` differs from it on 11 % of
+    values, by one unit, and numpy's SIMD loops on an AVX-512 machine by up to 2, so the two
+    roots differ by up to 3 units there); on 1M values from 0.008 to 3, 42 % differ from
+    ``cbrtf`` by 1-2 units, about 1e-7 of the value. Values that are not positive and finite below
     ``_CBRT_FAST_MAX`` (NaN, infinity) take ``np.cbrt``."""
     x = np.ascontiguousarray(x, np.float32)
     y = (x.view(np.int32) // 3 + 709921077).view(np.float32)
