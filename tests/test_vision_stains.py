@@ -53,6 +53,22 @@ def stained(tmp_path_factory):
     return photo.read_bytes(), buf.getvalue(), truth
 
 
+def _stained_photo(tmp_path, corpus_seed: int, count: int, seed: int, variant_seed: int):
+    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count`` with the
+    coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it: (bytes, truth)."""
+    mc = _script("make_corpus")
+    (tid, preset, markers, s), = [p for p in mc.plan(count, corpus_seed) if p[3] == seed]
+    stem, _, _ = mc.make_one((tid, preset, markers, s, str(tmp_path), "default", {}, 0.0))
+    photo = tmp_path / f"{stem}.jpg"
+    truth = json.loads((tmp_path / f"{stem}.truth.json").read_text())
+    mv = _script("make_variants")
+    rng = np.random.default_rng([variant_seed, s, mv.KINDS.index("coffee")])
+    img, _ = mv.coffee(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=92)
+    return buf.getvalue(), truth
+
+
 def _confident_errors(reading, truth):
     return sorted(rid for rid, r in reading.readings.items()
                   if not r.review and r.mark != truth["marks"][rid])
@@ -97,3 +113,61 @@ def test_only_confident_marks_beside_the_stain_are_flagged():
     assert out["c"] is readings["c"]  # not beside the stain
     assert out["d"] is readings["d"]  # already flagged, with its own reason
     assert M._check_stains(readings, regions, None, 0.97) is readings
+
+
+def test_a_ring_along_a_route_is_followed_from_the_bare_paper(tmp_path, monkeypatch):
+    """Photo 57 of the spent corpus 3100000 (reefs-1, easy) with its coffee ring (seed 30): the
+    ring's lower arc runs along the empty route r6c3-r6c4 for its whole length, through a
+    treasure's thick red outline, and touches no bare paper within reach of the route; it read
+    "orange" at 0.9997 (session 31). Followed along its own colour from the arcs on the bare
+    paper (``_trace_stain``), the route is flagged."""
+    data, truth = _stained_photo(tmp_path, 3100000, 300, 3100057, 30)
+    rid = "conn.r6c3-r6c4"
+    assert truth["marks"][rid] == "empty"
+    reading = read_photo(data)
+    assert _confident_errors(reading, truth) == []
+    r = reading.readings[rid]
+    assert r.review and STAIN_REASON in r.reason
+    # without the trace the stain found on the bare paper does not reach it
+    monkeypatch.setattr(M, "_trace_stain", lambda *a, **k: None)
+    again = read_photo(data)
+    assert rid in _confident_errors(again, truth) and again.readings[rid].mark == "orange"
+
+
+def _grid_sheet(th):
+    """A 60 x 90 sample grid of white paper (linear RGB 0.9) for ``_trace_stain``: a thin
+    brown arc (the stain) from the left edge, crossed by a blue pencil line; an orange patch
+    apart from it; the function's inputs with every sample off the print."""
+    gh, gw = 60, 90
+    img = np.full((gh, gw, 3), 0.9, np.float32)
+    yy, xx = np.mgrid[0:gh, 0:gw]
+    arc = np.abs(np.hypot(yy - 60, xx - 0) - 45) < 0.8
+    brown = np.array([0.62, 0.45, 0.30], np.float32)  # light coffee, hue ~75 in Lab
+    img[arc] = brown
+    img[:, 25:31] = [0.05, 0.10, 0.45]  # a blue pencil route across the arc, 4.5 mm wide
+    img[5:10, 70:80] = [0.85, 0.35, 0.05]  # an orange stroke far from the ring
+    flat = img.reshape(-1, 3)
+    stain = np.zeros((gh, gw), np.uint8)
+    stain[arc & (xx < 20)] = 1  # the part seen on the bare paper
+    idx = np.arange(gh * gw, dtype=np.int64)
+    anchor = M.linear_to_lab(flat[stain.reshape(-1) > 0])
+    return flat, stain, anchor, idx, arc, xx
+
+
+def test_trace_stain_follows_the_ring_across_other_ink_and_no_further():
+    th = {"chroma": 7.0, "dark_l": 91.0, "chroma_faint": 4.0}
+    flat, stain, anchor, idx, arc, xx = _grid_sheet(th)
+    traced = M._trace_stain(lambda i: flat[i], anchor, stain, th, None, idx, idx)
+    traced = traced.reshape(stain.shape)
+    # the whole arc (but where the blue line covers it), past the blue line, is followed
+    ring = arc & ((xx < 25) | (xx > 30))
+    assert traced[ring].all() and traced[arc & (xx > 30)].sum() > 10
+    # not the blue line itself (other ink carries the trace but is not the stain's colour)
+    assert not traced[:, 25:31].any()
+    # nor the orange stroke of a similar hue that the ring does not reach
+    assert not traced[5:10, 70:80].any()
+    # a grey stain (printed text off its place, pencil lead) is not followed
+    grey = M.linear_to_lab(np.full((20, 3), 0.5, np.float32))
+    assert M._trace_stain(lambda i: flat[i], grey, stain, th, None, idx, idx) is None
+    # no stain on the bare paper: nothing to follow
+    assert M._trace_stain(lambda i: flat[i], anchor[:0], stain * 0, th, None, idx, idx) is None
