@@ -2340,7 +2340,8 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> np.nda
     paper to look at. A stain is colour in clusters on the bare paper between the regions
     (``STAIN_DENSE``, ``STAIN_MIN_SAMPLES``), where no pencil stroke of a region reaches: a
     coffee ring, a spill, a coloured doodle; a region within ``STAIN_REACH_MM`` of it may
-    carry it too."""
+    carry it too, and so may a region it runs into along its own colour (:func:`_trace_stain`,
+    session 32: stained copies of five corpora, 26 -> 2 confident errors, docs/EVALUATION.md)."""
     idx, (gh, gw), grid_pos, cells, labels, trace_idx, trace_pos = \
         per_model(model, "stains", _stain_geometry)
     if idx.size == 0:
