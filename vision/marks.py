@@ -2322,13 +2322,13 @@ def _stain_geometry(model: SheetModel):
     gy, gx = np.mgrid[0:gh, 0:gw]
     py, px = np.minimum(gy * step + step // 2, H - 1), np.minimum(gx * step + step // 2, W - 1)
     edge = STAIN_EDGE_MM * k
+    inside = (py >= edge) & (py < H - edge) & (px >= edge) & (px < W - edge)
     bare = (d_region[py, px] >= STAIN_CLEAR_MM * k) & (d_print[py, px] >= STAIN_PRINT_MM * k) & \
-        (py >= edge) & (py < H - edge) & (px >= edge) & (px < W - edge)
+        inside
     idx = (py * W + px)[bare].astype(np.int64)
     grid_pos = (gy * gw + gx)[bare].astype(np.int64)
     # every sample off the print (inside regions too), for following a stain into them
-    inner = (d_print[py, px] >= STAIN_TRACE_PRINT_MM * k) & ~bare & \
-        (py >= edge) & (py < H - edge) & (px >= edge) & (px < W - edge)
+    inner = (d_print[py, px] >= STAIN_TRACE_PRINT_MM * k) & ~bare & inside
     trace_idx = (py * W + px)[inner].astype(np.int64)
     trace_pos = (gy * gw + gx)[inner].astype(np.int64)
     return (idx, (gh, gw), grid_pos, np.concatenate(cells).astype(np.int64),
