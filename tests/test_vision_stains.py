@@ -33,40 +33,33 @@ def _script(name: str):
     return mod
 
 
-@pytest.fixture(scope="module")
-def stained(tmp_path_factory):
-    """Photo 184 of the spent default corpus 2900000 (reefs-2, easy, markers) with the coffee
-    ring ``make_variants.py --kind coffee --seed 30`` gives it: two empty routes under the ring
-    read "orange" at 0.99+ without the check. Returns (clean bytes, stained bytes, truth)."""
-    out = tmp_path_factory.mktemp("stain")
+def _stained_photo(out: Path, corpus_seed: int, count: int, seed: int, variant_seed: int,
+                   expect: tuple | None = None):
+    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, plain
+    and with the coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it:
+    (clean bytes, stained bytes, truth). ``expect``: its (template, preset, markers)."""
     mc = _script("make_corpus")
-    (tid, preset, markers, seed), = [p for p in mc.plan(185, 2900000) if p[3] == 2900184]
-    assert (tid, preset, markers) == ("reefs-2", "easy", True)
-    stem, _, _ = mc.make_one((tid, preset, markers, seed, str(out), "default", {}, 0.0))
+    (tid, preset, markers, s), = [p for p in mc.plan(count, corpus_seed) if p[3] == seed]
+    if expect is not None:
+        assert (tid, preset, markers) == expect
+    stem, _, _ = mc.make_one((tid, preset, markers, s, str(out), "default", {}, 0.0))
     photo = out / f"{stem}.jpg"
     truth = json.loads((out / f"{stem}.truth.json").read_text())
     mv = _script("make_variants")
-    rng = np.random.default_rng([30, seed, mv.KINDS.index("coffee")])
+    rng = np.random.default_rng([variant_seed, s, mv.KINDS.index("coffee")])
     img, _ = mv.coffee(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, "JPEG", quality=92)
     return photo.read_bytes(), buf.getvalue(), truth
 
 
-def _stained_photo(tmp_path, corpus_seed: int, count: int, seed: int, variant_seed: int):
-    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count`` with the
-    coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it: (bytes, truth)."""
-    mc = _script("make_corpus")
-    (tid, preset, markers, s), = [p for p in mc.plan(count, corpus_seed) if p[3] == seed]
-    stem, _, _ = mc.make_one((tid, preset, markers, s, str(tmp_path), "default", {}, 0.0))
-    photo = tmp_path / f"{stem}.jpg"
-    truth = json.loads((tmp_path / f"{stem}.truth.json").read_text())
-    mv = _script("make_variants")
-    rng = np.random.default_rng([variant_seed, s, mv.KINDS.index("coffee")])
-    img, _ = mv.coffee(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "JPEG", quality=92)
-    return buf.getvalue(), truth
+@pytest.fixture(scope="module")
+def stained(tmp_path_factory):
+    """Photo 184 of the spent default corpus 2900000 (reefs-2, easy, markers) with the coffee
+    ring ``make_variants.py --kind coffee --seed 30`` gives it: two empty routes under the ring
+    read "orange" at 0.99+ without the check. Returns (clean bytes, stained bytes, truth)."""
+    return _stained_photo(tmp_path_factory.mktemp("stain"), 2900000, 185, 2900184, 30,
+                          expect=("reefs-2", "easy", True))
 
 
 def _confident_errors(reading, truth):
@@ -121,7 +114,7 @@ def test_a_ring_along_a_route_is_followed_from_the_bare_paper(tmp_path, monkeypa
     treasure's thick red outline, and touches no bare paper within reach of the route; it read
     "orange" at 0.9997 (session 31). Followed along its own colour from the arcs on the bare
     paper (``_trace_stain``), the route is flagged."""
-    data, truth = _stained_photo(tmp_path, 3100000, 300, 3100057, 30)
+    _, data, truth = _stained_photo(tmp_path, 3100000, 300, 3100057, 30)
     rid = "conn.r6c3-r6c4"
     assert truth["marks"][rid] == "empty"
     reading = read_photo(data)
@@ -134,7 +127,7 @@ def test_a_ring_along_a_route_is_followed_from_the_bare_paper(tmp_path, monkeypa
     assert rid in _confident_errors(again, truth) and again.readings[rid].mark == "orange"
 
 
-def _grid_sheet(th):
+def _grid_sheet():
     """A 60 x 90 sample grid of white paper (linear RGB 0.9) for ``_trace_stain``: a thin
     brown arc (the stain) from the left edge, crossed by a blue pencil line; an orange patch
     apart from it; the function's inputs with every sample off the print."""
@@ -156,7 +149,7 @@ def _grid_sheet(th):
 
 def test_trace_stain_follows_the_ring_across_other_ink_and_no_further():
     th = {"chroma": 7.0, "dark_l": 91.0, "chroma_faint": 4.0}
-    flat, stain, anchor, idx, arc, xx = _grid_sheet(th)
+    flat, stain, anchor, idx, arc, xx = _grid_sheet()
     traced = M._trace_stain(lambda i: flat[i], anchor, stain, th, None, idx, idx)
     traced = traced.reshape(stain.shape)
     # the whole arc (but where the blue line covers it), past the blue line, is followed
