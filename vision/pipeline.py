@@ -26,7 +26,9 @@ from vision.colour import Palette, load_palette
 from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
-from vision.marks import REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model, classify_sheet
+from vision.marks import (BLANK_DOUBT_MAX, BLANK_HAND_MIN, BLANK_LEARNED_MIN, BLANK_ZERO,
+                          REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
+                          classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
 #: outside tool could notice.
@@ -311,13 +313,21 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     # and how it decides ("second_opinions": each by its own rule; "mean":
                     # the rule above judges their averaged probabilities, reader-v12 on)
                     "second_opinions": [m.meta.get("id") for m in learned.committee],
-                    "combine": learned.combine}
+                    "combine": learned.combine,
+                    # (session 33: a blank region's "empty" confirmed, vision.marks._confirm_blank)
+                    "confirm_blank": {**_BLANK_RULE, "zero": list(BLANK_ZERO)}}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
                         light.to_srgb() if keep_images else None, sheet.matrix,
                         sheet.calibration_samples)
+
+
+#: ``details.reader.confirm_blank``: when an "empty" reading below the model's thresholds is
+#: confirmed (vision.marks._confirm_blank).
+_BLANK_RULE = {"zero": list(BLANK_ZERO), "hand_min": BLANK_HAND_MIN,
+               "learned_min": BLANK_LEARNED_MIN, "doubt_max": BLANK_DOUBT_MAX}
 
 
 _rule_lock = threading.Lock()
