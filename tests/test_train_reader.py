@@ -91,12 +91,12 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     for default_end, heldout_end in ((2400299, 1190119), (2500299, 1210119), (2600299, 1220119),
                                      (2700299, 1230119), (2800299, 1240119), (2900299, 1250119),
                                      (3000299, 1260119), (3100299, 1270119),
-                                     (3200299, 1280119)):
+                                     (3200299, 1280119), (3300299, 1290119)):
         assert reader_dataset.seed_allowed(default_end) and reader_dataset.seed_allowed(heldout_end)
         assert not reader_dataset.seed_allowed(default_end + 1)
         assert not reader_dataset.seed_allowed(heldout_end + 1)
-    assert not reader_dataset.seed_allowed(3300000)  # the next fresh measurement: never
-    assert not reader_dataset.seed_allowed(1290000)  # the next held-out one: never
+    assert not reader_dataset.seed_allowed(3400000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(1300000)  # the next held-out one: never
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
     # train_reader refuses their painter for calibration, below)
     assert reader_dataset.seed_allowed(1150119) and reader_dataset.seed_allowed(1170000)
