@@ -9,8 +9,8 @@ import vision.marks as marks_mod
 from calibration.template import get_template
 from sheetcheck.simulator import random_marks, simulate_photo
 from vision.learned import DecisionRule
-from vision.marks import (BLANK_DOUBT_MAX, BLANK_LEARNED_MIN, REVIEW_THRESHOLD, RegionReading,
-                          _confirm_blank)
+from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_LEARNED_MIN, REVIEW_THRESHOLD,
+                          RegionReading, _confirm_blank)
 from vision.pipeline import read_photo
 
 RULE = DecisionRule(photo_gate=0.5, photo_doubt_max=1.0)
@@ -43,8 +43,16 @@ def test_a_blank_region_both_readers_call_empty_is_confirmed():
     assert rd.confidence == pytest.approx(0.985)
 
 
+def test_a_few_faint_texels_are_blank_enough():
+    """A printed line's fringe or the paper's grain leaves faint texels on a blank region; up to
+    BLANK_FAINT_MAX of it (session 34)."""
+    rd = _confirm(_pair(faint_coverage=BLANK_FAINT_MAX))
+    assert rd.mark == "empty" and not rd.review
+
+
 @pytest.mark.parametrize("change", [
-    {"faint_coverage": 0.004},                 # a faint texel: something may be there
+    {"faint_coverage": BLANK_FAINT_MAX + 0.004},  # more faint texels: something may be there
+    {"faint_coverage": float("nan")},
     {"coloured": 0.01, "coverage": 0.01},
     {"dark": 0.002},
     {"learned_conf": BLANK_LEARNED_MIN - 0.001},

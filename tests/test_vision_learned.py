@@ -258,7 +258,7 @@ def test_the_reading_says_which_readers_decided():
     assert both["second_opinions"] == ["reader-v15.2", "reader-v15.3"]
     assert both["combine"] == "mean"  # (reader-v12 on: one rule on the members' mean)
     # (session 33: when a blank region's "empty" is confirmed below the model's thresholds)
-    assert both["confirm_blank"] == {"zero": ["coverage", "coloured", "dark", "faint_coverage"],
+    assert both["confirm_blank"] == {"zero": ["coverage", "coloured", "dark"], "faint_max": 0.05,
                                      "hand_min": 0.99, "learned_min": 0.98, "doubt_max": 0.05}
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}

@@ -26,8 +26,8 @@ from vision.colour import Palette, load_palette
 from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
-from vision.marks import (BLANK_DOUBT_MAX, BLANK_HAND_MIN, BLANK_LEARNED_MIN, BLANK_ZERO,
-                          REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
+from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_LEARNED_MIN,
+                          BLANK_ZERO, REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
                           classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
@@ -326,8 +326,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
 
 #: ``details.reader.confirm_blank``: when an "empty" reading below the model's thresholds is
 #: confirmed (vision.marks._confirm_blank).
-_BLANK_RULE = {"zero": list(BLANK_ZERO), "hand_min": BLANK_HAND_MIN,
-               "learned_min": BLANK_LEARNED_MIN, "doubt_max": BLANK_DOUBT_MAX}
+_BLANK_RULE = {"zero": list(BLANK_ZERO), "faint_max": BLANK_FAINT_MAX,
+               "hand_min": BLANK_HAND_MIN, "learned_min": BLANK_LEARNED_MIN, "doubt_max": BLANK_DOUBT_MAX}
 
 
 _rule_lock = threading.Lock()
