@@ -100,12 +100,64 @@ def test_only_confident_marks_beside_the_stain_are_flagged():
         def __init__(self, i):
             self.id = i
     regions = [R(i) for i in "abcd"]
-    out = M._check_stains(readings, regions, np.array([True, True, False, True]), 0.97)
+    out = M._check_stains(readings, regions, M.Stain(np.array([True, True, False, True]), None),
+                          0.97)
     assert out["a"].review and STAIN_REASON in out["a"].reason and out["a"].confidence < 0.97
     assert out["b"] is readings["b"]  # an empty reading stays (the stain is not a mark)
     assert out["c"] is readings["c"]  # not beside the stain
     assert out["d"] is readings["d"]  # already flagged, with its own reason
     assert M._check_stains(readings, regions, None, 0.97) is readings
+    assert M._check_stains(readings, regions, M.Stain(np.zeros(4, bool), None), 0.97) is readings
+
+
+def test_a_reading_as_pale_as_a_coloured_stain_and_of_its_hue_is_flagged_anywhere():
+    """A coffee stain (a, b = 2.5, 9.7: chroma 10, hue 75 deg) found on the sheet: a confident
+    colour reading of its hue no more colourful than 1.5 times it is flagged though no trace
+    reached it; a pencil's own colour (chroma 45) or another hue is not."""
+    rd = M.RegionReading
+
+    def reading(rid, mark, hue, chroma, review=False):
+        return rd(rid, "connection", mark, 0.992, review, ((mark, 0.992),),
+                  {"hue_deg": hue, "chroma": chroma}, "low" if review else "")
+    readings = {"pale": reading("pale", "orange", 72.0, 12.7),
+                "vivid": reading("vivid", "orange", 70.0, 45.0),
+                "other hue": reading("other hue", "green", 140.0, 12.0),
+                "flagged": reading("flagged", "orange", 75.0, 11.0, review=True),
+                "crossed": reading("crossed", "crossed", 75.0, 11.0)}
+
+    class R:
+        def __init__(self, i):
+            self.id = i
+    regions = [R(i) for i in readings]
+    stain = M.Stain(np.zeros(len(regions), bool), (2.5, 9.7))
+    out = M._check_stains(readings, regions, stain, 0.97)
+    assert out["pale"].review and "as pale as a stain" in out["pale"].reason
+    assert out["pale"].confidence < 0.97 and out["pale"].mark == "orange"
+    for rid in ("vivid", "other hue", "flagged", "crossed"):
+        assert out[rid] is readings[rid], rid
+    # the same sheet with a grey stain (no colour to compare): nothing
+    assert M._check_stains(readings, regions, M.Stain(np.zeros(len(regions), bool), None),
+                           0.97) is readings
+
+
+def test_a_ring_segment_the_trace_does_not_reach_is_flagged_by_its_pale_colour(tmp_path,
+                                                                                 monkeypatch):
+    """Photo 155 of the corpus 3300000 (reefs-3, typical) with its coffee ring (seed 36): a
+    segment of the ring runs along the empty route r4c3-r5c3, read "orange" at 0.992; the stain
+    is found on the bare paper of the margin but its trace stops where the ring fades (session
+    33). The reading is as pale as the stain and of its hue: flagged."""
+    _, data, truth = _stained_photo(tmp_path, 3300000, 300, 3300155, 36,
+                                    expect=("reefs-3", "typical", True))
+    rid = "conn.r4c3-r5c3"
+    assert truth["marks"][rid] == "empty"
+    reading = read_photo(data)
+    assert _confident_errors(reading, truth) == []
+    r = reading.readings[rid]
+    assert r.review and "as pale as a stain" in r.reason and r.mark == "orange"
+    # without it the reading was confident
+    monkeypatch.setattr(M, "STAIN_PALE_RATIO", 0.0)
+    again = read_photo(data)
+    assert rid in _confident_errors(again, truth)
 
 
 def test_a_ring_along_a_route_is_followed_from_the_bare_paper(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import cv2
 import numpy as np
@@ -2368,6 +2368,20 @@ STAIN_TRACE_BRIDGE = 2
 STAIN_TRACE_PRINT_MM = 0.3
 STAIN_TRACE_ACROSS = 4
 STAIN_TRACE_MIN_CELLS = 3
+#: :func:`_check_stains`: on a sheet with a coloured stain, a confident colour reading anywhere
+#: whose hue is within STAIN_TRACE_HUE_DEG of the stain's and whose chroma is at most
+#: STAIN_PALE_RATIO times the stain's is flagged: it is no more colourful than the stain.
+STAIN_PALE_RATIO = 1.5
+
+
+class Stain(NamedTuple):
+    """What :func:`_stains` found: the regions under a stain, and a coloured stain's colour."""
+
+    under: np.ndarray
+    """(R,) bool: regions beside the stain or reached by its trace."""
+    ab: tuple[float, float] | None
+    """The median a, b of the stain's samples on the bare paper, when it is coloured (chroma
+    at least the photo's faint-ink chroma); None for a grey stain or none."""
 
 
 def _stain_geometry(model: SheetModel):
@@ -2414,8 +2428,8 @@ def _stain_geometry(model: SheetModel):
             np.concatenate(labels), trace_idx, trace_pos)
 
 
-def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> np.ndarray | None:
-    """Which regions lie under a stain: ``(R,)`` bool, or None when the sheet has no bare
+def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain | None:
+    """Which regions lie under a stain (:class:`Stain`), or None when the sheet has no bare
     paper to look at. A stain is colour in clusters on the bare paper between the regions
     (``STAIN_DENSE``, ``STAIN_MIN_SAMPLES``), where no pencil stroke of a region reaches: a
     coffee ring, a spill, a coloured doodle; a region within ``STAIN_REACH_MM`` of it may
@@ -2431,14 +2445,14 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> np.nda
         col &= np.asarray(valid, bool).reshape(-1)[idx]
     R = len(model.region_ids)
     if int(col.sum()) < STAIN_MIN_SAMPLES:
-        return np.zeros(R, bool)
+        return Stain(np.zeros(R, bool), None)
     grid = np.zeros(gh * gw, np.float32)
     grid[grid_pos[col]] = 1.0
     grid = grid.reshape(gh, gw)
     around = cv2.boxFilter(grid, -1, (5, 5), normalize=False, borderType=cv2.BORDER_CONSTANT)
     stain = ((grid > 0) & (around >= STAIN_DENSE - 0.5)).astype(np.uint8)
     if int(stain.sum()) < STAIN_MIN_SAMPLES:
-        return np.zeros(R, bool)
+        return Stain(np.zeros(R, bool), None)
     reach = max(1, int(round(STAIN_REACH_MM / STAIN_STEP_MM)))
     near = cv2.dilate(stain, _disk(reach)).reshape(-1) > 0
     under = np.bincount(labels[near[cells]], minlength=R) > 0
@@ -2447,7 +2461,12 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> np.nda
     traced = _trace_stain(sample, anchor, stain, th, valid, trace_idx, trace_pos)
     if traced is not None:
         under |= np.bincount(labels[traced[cells]], minlength=R) >= STAIN_TRACE_MIN_CELLS
-    return under
+    ab = None
+    if anchor.shape[0]:
+        a0, b0 = float(np.median(anchor[:, 1])), float(np.median(anchor[:, 2]))
+        if math.hypot(a0, b0) >= th["chroma_faint"]:
+            ab = (a0, b0)
+    return Stain(under, ab)
 
 
 def _stain_coloured(lab: np.ndarray, th: Mapping[str, float]) -> np.ndarray:
@@ -2507,11 +2526,22 @@ def _trace_stain(sample, anchor_lab: np.ndarray, stain: np.ndarray, th: Mapping[
     return (keep[comp] & (grid > 0)).reshape(-1)
 
 
-def _check_stains(readings: dict, regions, under: np.ndarray | None,
+def _check_stains(readings: dict, regions, stain: Stain | None,
                   review_threshold: float) -> dict:
     """Flag every confident mark (not "empty") on a region under a stain (:func:`_stains`):
     the colour the readers saw there may be the stain's. A coffee ring crossing an empty
-    route reads as an orange stroke, its arc across a box as a crossing-out.
+    route reads as an orange stroke, its arc across a box as a crossing-out. On a sheet with a
+    coloured stain, flag too every confident colour reading of the stain's hue (within
+    ``STAIN_TRACE_HUE_DEG``) that is no more colourful than the stain (chroma at most
+    ``STAIN_PALE_RATIO`` times its chroma), wherever it is: a ring's arc the trace did not reach.
+
+    Why the second (session 34): on 3300000's coffee copy (seed 36) a ring's segment along a
+    Reefs route read "orange" at 0.992 (chroma 12.7, 3 deg from the stain's hue, the stain's
+    chroma 10.3); the stain was found on the margin but its trace stopped where the ring's arc
+    fades below the faint-ink chroma. A pencil's colour is 3-6 times a coffee stain's chroma;
+    on the stained copies of 3200000 (seed 34), 1280000 (35) and 3300000 (36) it flagged 24, 9
+    and 47 right readings (of 10,059, 2,960 and 9,801 confident colour readings) and caught
+    that error; a sheet without a coloured stain pays nothing.
 
     Measured (session 30, ``scripts/make_variants.py --kind coffee --seed 30`` on spent
     corpora; docs/EVALUATION.md "Session 30"): on the default corpus 2900000's 300 photos
@@ -2522,16 +2552,32 @@ def _check_stains(readings: dict, regions, under: np.ndarray | None,
     distance 2 / 2.5 / 3 / 3.5 mm and 3 / 4 / 5 clustered samples, reach 6 / 8 mm; at 3 mm
     and 5, 7 flags on 4 of the 100 plain photos (1 on an easy or typical one; 135 on 20 at
     2 mm and 3, where a messy fill's overshoot counts), none on a wrong reading."""
-    if under is None or not under.any():
+    if stain is None or (not stain.under.any() and stain.ab is None):
         return readings
+    under = stain.under
+    if stain.ab is not None:
+        a0, b0 = stain.ab
+        hue0, chroma0 = math.degrees(math.atan2(b0, a0)), math.hypot(a0, b0)
     out = dict(readings)
     for i, r in enumerate(regions):
         rd = readings[r.id]
-        if rd.review or rd.mark == "empty" or not under[i]:
+        if rd.review or rd.mark == "empty":
             continue
-        out[r.id] = _flagged(rd, review_threshold,
-                             "a stain or stray colour on the paper runs up to the region: "
-                             "its colour may be the stain's")
+        if under[i]:
+            out[r.id] = _flagged(rd, review_threshold,
+                                 "a stain or stray colour on the paper runs up to the region: "
+                                 "its colour may be the stain's")
+        elif stain.ab is not None and rd.mark in PENCIL_COLOURS:
+            ft = rd.features
+            hue, chroma = ft.get("hue_deg"), ft.get("chroma")
+            if hue is None or chroma is None or not math.isfinite(float(chroma)):
+                continue
+            if (float(chroma) <= STAIN_PALE_RATIO * chroma0
+                    and abs(float(hue_diff(float(hue), hue0))) <= STAIN_TRACE_HUE_DEG):
+                out[r.id] = _flagged(
+                    rd, review_threshold,
+                    f"as pale as a stain on the paper and of its hue (chroma {float(chroma):.0f}, "
+                    f"the stain's {chroma0:.0f}): its colour may be the stain's")
     return out
 
 
