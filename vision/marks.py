@@ -1758,6 +1758,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     readings = _check_empty_swatches(readings, regions, review_threshold)
     readings = _check_print_seen(readings, regions, seen, review_threshold)
     readings = _check_stains(readings, regions, stains, review_threshold)
+    readings = _check_beside_routes(readings, regions, sample, model, th, valid, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
                       tuple(zip(sampled, samples)))
 
@@ -2578,6 +2579,108 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
                     rd, review_threshold,
                     f"as pale as a stain on the paper and of its hue (chroma {float(chroma):.0f}, "
                     f"the stain's {chroma0:.0f}): its colour may be the stain's")
+    return out
+
+
+#: :func:`_check_beside_routes`: each route (a segment region) is watched on both sides in a
+#: band from BESIDE_GAP_MM beyond its outline to BESIDE_REACH_MM beyond it (routes run 19 mm
+#: apart on the Reefs sheets), along its middle (BESIDE_ENDS of its length left out at each
+#: end, by the spaces it joins), sampled every BESIDE_STEP_MM off the print and off every
+#: region; the middle is cut into BESIDE_BINS stretches, and a side with ink in at least
+#: BESIDE_MIN_BINS of them holds a stroke running along the route.
+BESIDE_GAP_MM = 0.5
+BESIDE_REACH_MM = 4.5
+BESIDE_ENDS = 0.1
+BESIDE_STEP_MM = 0.5
+BESIDE_BINS = 8
+BESIDE_MIN_BINS = 5
+
+
+def _beside_route_geometry(model: SheetModel):
+    """``(idx, region, cell)``: the flat pixel indices of the samples beside each route (see
+    ``BESIDE_GAP_MM``), the index of their route in ``model.region_ids`` and their stretch
+    (``side * BESIDE_BINS + bin``). Built once per model; empty arrays without routes."""
+    H, W = model.shape
+    k = model.dpi / 25.4
+    routes = [(i, model.template.region(rid)) for i, rid in enumerate(model.region_ids)]
+    routes = [(i, r) for i, r in routes if r.shape.type == "segment"]
+    if not routes:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    lum = model.expected @ _LUM
+    chroma = model.expected.max(axis=2) - model.expected.min(axis=2)
+    printed = ((lum < 0.9) | (chroma > 0.1)).astype(np.uint8)
+    regions_mask = np.zeros((H, W), np.uint8)
+    for rid in model.region_ids:
+        _fill(regions_mask, _region_polygon_px(model.template.region(rid), k))
+    clear = (cv2.distanceTransform(1 - regions_mask, cv2.DIST_L2, 5) >= BESIDE_GAP_MM * k) & \
+        (cv2.distanceTransform(1 - printed, cv2.DIST_L2, 5) >= STAIN_TRACE_PRINT_MM * k)
+    step = BESIDE_STEP_MM * k
+    idx, reg, cell = [], [], []
+    for i, r in routes:
+        p1 = np.asarray(r.shape.params["p1"], float) * k
+        p2 = np.asarray(r.shape.params["p2"], float) * k
+        ln = float(np.hypot(*(p2 - p1)))
+        if ln <= 0:
+            continue
+        u = (p2 - p1) / ln
+        nrm = np.array([-u[1], u[0]])
+        half = float(r.shape.params.get("width", 0.0)) * k / 2
+        ts = np.arange(BESIDE_ENDS * ln, (1 - BESIDE_ENDS) * ln, step)
+        ds = np.arange(half + BESIDE_GAP_MM * k, half + BESIDE_REACH_MM * k + 1e-9, step)
+        T, D = np.meshgrid(ts, ds, indexing="ij")
+        bins = np.minimum(((T - BESIDE_ENDS * ln) / ((1 - 2 * BESIDE_ENDS) * ln) * BESIDE_BINS)
+                          .astype(int), BESIDE_BINS - 1)
+        for side, sign in enumerate((1.0, -1.0)):
+            pts = p1 + T[..., None] * u + sign * D[..., None] * nrm
+            x = np.rint(pts[..., 0]).astype(int).ravel()
+            y = np.rint(pts[..., 1]).astype(int).ravel()
+            ok = (x >= 0) & (x < W) & (y >= 0) & (y < H)
+            ok[ok] = clear[y[ok], x[ok]]
+            idx.append((y * W + x)[ok])
+            reg.append(np.full(int(ok.sum()), i, np.int64))
+            cell.append((side * BESIDE_BINS + bins.ravel())[ok])
+    return (np.concatenate(idx).astype(np.int64), np.concatenate(reg),
+            np.concatenate(cell).astype(np.int64))
+
+
+def _check_beside_routes(readings: dict, regions, sample, model: SheetModel,
+                         th: Mapping[str, float], valid, review_threshold: float) -> dict:
+    """Flag a confident "empty" route with a stroke running along it just outside its outline
+    (see ``BESIDE_GAP_MM``): a route drawn off its printed guide, beside it.
+
+    Why (session 34): on the fresh corpus 3400000 an easy photo's green route was drawn 3.5 mm
+    to the side of its dotted guide, parallel to it between the same two spaces, outside the
+    route's 4 mm band; both readers saw nothing in the band and read it "empty" at 0.998, a
+    confident error a person would not make. Ink is the readers' own test (coloured, or
+    darker than the paper's dark limit, as for stains); a side must hold ink in most
+    stretches along the route, so that a fill's overshoot or a stray dot does not count."""
+    idx, reg, cell = per_model(model, "beside_routes", _beside_route_geometry)
+    if idx.size == 0:
+        return readings
+    watch = np.zeros(len(regions), bool)
+    for i, r in enumerate(regions):
+        rd = readings[r.id]
+        watch[i] = rd.mark == "empty" and not rd.review
+    sel = watch[reg]
+    if not sel.any():
+        return readings
+    ix, rg, cl = idx[sel], reg[sel], cell[sel]
+    # (sampled through the whole list's interpolation taps, computed once per model's list)
+    ink = _stain_coloured(linear_to_lab(sample(idx, keep=sel)), th)
+    if valid is not None:
+        ink &= np.asarray(valid, bool).reshape(-1)[ix]
+    n = len(regions) * 2 * BESIDE_BINS
+    hit = np.bincount(rg[ink] * 2 * BESIDE_BINS + cl[ink], minlength=n).reshape(-1, 2, BESIDE_BINS)
+    stretches = (hit > 0).sum(axis=2).max(axis=1)
+    out = readings
+    for i in np.nonzero(watch & (stretches >= BESIDE_MIN_BINS))[0]:
+        r = regions[int(i)]
+        if out is readings:
+            out = dict(readings)
+        out[r.id] = _flagged(readings[r.id], review_threshold,
+                             f"a stroke beside the route ({int(stretches[i])} of {BESIDE_BINS} "
+                             "stretches along it inked): it may be this route drawn off its line")
     return out
 
 
