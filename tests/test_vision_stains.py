@@ -138,6 +138,13 @@ def test_a_reading_as_pale_as_a_coloured_stain_and_of_its_hue_is_flagged_anywher
     # the same sheet with a grey stain (no colour to compare): nothing
     assert M._check_stains(readings, regions, M.Stain(np.zeros(len(regions), bool), None),
                            0.97) is readings
+    # a "stain" as colourful as the sheet's own orange readings (stray pencil on the bare
+    # paper: chroma 10 against their median 20, over STAIN_PALE_OF_PENCIL) flags none of them
+    pale_pencil = {f"o{i}": reading(f"o{i}", "orange", 72.0, c)
+                   for i, c in enumerate((12.7, 14.0, 20.0, 26.0, 30.0))}
+    regions = [R(i) for i in pale_pencil]
+    out = M._check_stains(pale_pencil, regions, M.Stain(np.zeros(5, bool), (2.5, 9.7)), 0.97)
+    assert not any(r.review for r in out.values())
 
 
 def test_a_ring_segment_the_trace_does_not_reach_is_flagged_by_its_pale_colour(tmp_path,
