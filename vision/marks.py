@@ -815,8 +815,9 @@ def _model_constants(model: SheetModel) -> _ModelConstants:
 
 def prepare(model: SheetModel) -> None:
     """Build what classifying a photo derives from ``model`` alone (the classifier's
-    constants, the ring evidence's geometry and tables, the guide geometry), so that the
-    first photo of each template does not pay for it (30-55 ms). Kept per model object, as
+    constants, the ring evidence's geometry and tables, the guide geometry, the samples of the
+    last checks), so that the first photo of each template does not pay for it (30-55 ms).
+    Kept per model object, as
     locate's and rectify's ``prepare`` keep theirs per template; ``pipeline.sheet_model`` calls
     this when it builds a model."""
     _model_constants(model)
@@ -824,6 +825,7 @@ def prepare(model: SheetModel) -> None:
     guide_geometry(model)
     per_model(model, "print_seen", _print_seen_geometry)
     per_model(model, "stains", _stain_geometry)
+    per_model(model, "beside_routes", _beside_route_geometry)
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
