@@ -817,9 +817,8 @@ def prepare(model: SheetModel) -> None:
     """Build what classifying a photo derives from ``model`` alone (the classifier's
     constants, the ring evidence's geometry and tables, the guide geometry, the samples of the
     last checks), so that the first photo of each template does not pay for it (30-55 ms).
-    Kept per model object, as
-    locate's and rectify's ``prepare`` keep theirs per template; ``pipeline.sheet_model`` calls
-    this when it builds a model."""
+    Kept per model object, as locate's and rectify's ``prepare`` keep theirs per template;
+    ``pipeline.sheet_model`` calls this when it builds a model."""
     _model_constants(model)
     _evidence.prepare(model)
     guide_geometry(model)
