@@ -2392,6 +2392,22 @@ class Stain(NamedTuple):
     at least the photo's faint-ink chroma); None for a grey stain or none."""
 
 
+def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
+    """``(d_region, d_print)``: every pixel's distance (px) to the nearest readable region and
+    to the nearest print of the clean sheet (dark, or coloured), for the samples of the last
+    checks (:func:`_stain_geometry`, :func:`_beside_route_geometry`). Built once per model."""
+    H, W = model.shape
+    k = model.dpi / 25.4
+    lum = model.expected @ _LUM
+    chroma = model.expected.max(axis=2) - model.expected.min(axis=2)
+    printed = ((lum < 0.9) | (chroma > 0.1)).astype(np.uint8)
+    regions_mask = np.zeros((H, W), np.uint8)
+    for rid in model.region_ids:
+        _fill(regions_mask, _region_polygon_px(model.template.region(rid), k))
+    return (cv2.distanceTransform(1 - regions_mask, cv2.DIST_L2, 5),
+            cv2.distanceTransform(1 - printed, cv2.DIST_L2, 5))
+
+
 def _stain_geometry(model: SheetModel):
     """``(idx, grid_shape, grid_pos, region_cells, region_label)``: the flat indices of the
     bare-paper samples (see ``STAIN_STEP_MM``), the sample grid's shape and each sample's
@@ -2399,10 +2415,7 @@ def _stain_geometry(model: SheetModel):
     index). Built once per model."""
     H, W = model.shape
     k = model.dpi / 25.4
-    lum = model.expected @ _LUM
-    chroma = model.expected.max(axis=2) - model.expected.min(axis=2)
-    printed = ((lum < 0.9) | (chroma > 0.1)).astype(np.uint8)
-    regions_mask = np.zeros((H, W), np.uint8)
+    d_region, d_print = per_model(model, "clearances", _clearances)
     step = max(1, int(round(STAIN_STEP_MM * k)))
     gh, gw = (H + step - 1) // step, (W + step - 1) // step
     cells, labels = [], []
@@ -2413,13 +2426,10 @@ def _stain_geometry(model: SheetModel):
         x1, y1 = min(W, x1), min(H, y1)
         one = np.zeros((max(0, y1 - y0), max(0, x1 - x0)), np.uint8)
         _fill(one, poly - [x0, y0])
-        regions_mask[y0:y1, x0:x1] |= one
         ys, xs = np.nonzero(one)
         c = np.unique(((ys + y0) // step) * gw + (xs + x0) // step)
         cells.append(c)
         labels.append(np.full(c.size, i, np.int32))
-    d_region = cv2.distanceTransform(1 - regions_mask, cv2.DIST_L2, 5)
-    d_print = cv2.distanceTransform(1 - printed, cv2.DIST_L2, 5)
     gy, gx = np.mgrid[0:gh, 0:gw]
     py, px = np.minimum(gy * step + step // 2, H - 1), np.minimum(gx * step + step // 2, W - 1)
     edge = STAIN_EDGE_MM * k
@@ -2629,14 +2639,8 @@ def _beside_route_geometry(model: SheetModel):
     if not routes:
         z = np.zeros(0, np.int64)
         return z, z, z
-    lum = model.expected @ _LUM
-    chroma = model.expected.max(axis=2) - model.expected.min(axis=2)
-    printed = ((lum < 0.9) | (chroma > 0.1)).astype(np.uint8)
-    regions_mask = np.zeros((H, W), np.uint8)
-    for rid in model.region_ids:
-        _fill(regions_mask, _region_polygon_px(model.template.region(rid), k))
-    clear = (cv2.distanceTransform(1 - regions_mask, cv2.DIST_L2, 5) >= BESIDE_GAP_MM * k) & \
-        (cv2.distanceTransform(1 - printed, cv2.DIST_L2, 5) >= STAIN_TRACE_PRINT_MM * k)
+    d_region, d_print = per_model(model, "clearances", _clearances)
+    clear = (d_region >= BESIDE_GAP_MM * k) & (d_print >= STAIN_TRACE_PRINT_MM * k)
     step = BESIDE_STEP_MM * k
     idx, reg, cell = [], [], []
     for i, r in routes:
