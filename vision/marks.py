@@ -2479,12 +2479,16 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
     traced = _trace_stain(sample, anchor, stain, th, valid, trace_idx, trace_pos)
     if traced is not None:
         under |= np.bincount(labels[traced[cells]], minlength=R) >= STAIN_TRACE_MIN_CELLS
-    ab = None
-    if anchor.shape[0]:
-        a0, b0 = float(np.median(anchor[:, 1])), float(np.median(anchor[:, 2]))
-        if math.hypot(a0, b0) >= th["chroma_faint"]:
-            ab = (a0, b0)
-    return Stain(under, ab)
+    return Stain(under, _stain_colour(anchor, th))
+
+
+def _stain_colour(anchor_lab: np.ndarray, th: Mapping[str, float]) -> tuple[float, float] | None:
+    """A stain's colour: the median a, b of its samples on the bare paper (Lab), or None for a
+    grey stain (less chroma than the photo's faint-ink test, ``chroma_faint``) or none."""
+    if anchor_lab.shape[0] == 0:
+        return None
+    a0, b0 = float(np.median(anchor_lab[:, 1])), float(np.median(anchor_lab[:, 2]))
+    return (a0, b0) if math.hypot(a0, b0) >= th["chroma_faint"] else None
 
 
 def _stain_coloured(lab: np.ndarray, th: Mapping[str, float]) -> np.ndarray:
@@ -2513,11 +2517,10 @@ def _trace_stain(sample, anchor_lab: np.ndarray, stain: np.ndarray, th: Mapping[
     plain photo it is most often printed text a little off its place (a sheet without
     markers), and grey is every pencil's dark edge: followed, it ran through all the ink of
     the sheet (spent corpus 3100000, photo 258: 27 right readings flagged)."""
-    if anchor_lab.shape[0] == 0 or trace_idx.size == 0:
-        return None
-    a0, b0 = float(np.median(anchor_lab[:, 1])), float(np.median(anchor_lab[:, 2]))
-    if math.hypot(a0, b0) < th["chroma_faint"]:
-        return None  # a grey stain: not followed (above)
+    ab = _stain_colour(anchor_lab, th)
+    if ab is None or trace_idx.size == 0:
+        return None  # no stain, or a grey one: not followed (above)
+    a0, b0 = ab
     lab = linear_to_lab(sample(trace_idx))
     like = _stain_coloured(lab, th)
     hue = np.degrees(np.arctan2(lab[:, 2], lab[:, 1]))
