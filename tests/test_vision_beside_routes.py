@@ -95,14 +95,9 @@ def test_the_route_drawn_off_its_guide_on_a_real_photo_is_flagged(tmp_path, monk
     """Photo 113 of the corpus 3400000 (reefs-3, easy, markers): its green route r3c4-r4c4 runs
     3.5 mm beside the guide. Flagged now, and the only region this check flags there; without
     the check a confident error."""
-    from test_vision_stains import _script  # (tests/ is on sys.path: rootdir-relative imports)
-    mc = _script("make_corpus")
-    (tid, preset, markers, s), = [p for p in mc.plan(300, 3400000) if p[3] == 3400113]
-    assert (tid, preset, markers) == ("reefs-3", "easy", True)
-    stem, _, _ = mc.make_one((tid, preset, markers, s, str(tmp_path), "default", {}, 0.0))
-    import json
-    truth = json.loads((tmp_path / f"{stem}.truth.json").read_text())["marks"]
-    data = (tmp_path / f"{stem}.jpg").read_bytes()
+    from test_vision_stains import corpus_photo  # (tests/ is on sys.path)
+    photo, truth = corpus_photo(tmp_path, 3400000, 300, 3400113, ("reefs-3", "easy", True))
+    truth, data = truth["marks"], photo.read_bytes()
     rid = "conn.r3c4-r4c4"
     assert truth[rid] == "green"
     reading = read_photo(data)

@@ -33,20 +33,26 @@ def _script(name: str):
     return mod
 
 
-def _stained_photo(out: Path, corpus_seed: int, count: int, seed: int, variant_seed: int,
-                   expect: tuple | None = None):
-    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, plain
-    and with the coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it:
-    (clean bytes, stained bytes, truth). ``expect``: its (template, preset, markers)."""
+def corpus_photo(out: Path, corpus_seed: int, count: int, seed: int,
+                 expect: tuple | None = None) -> tuple[Path, dict]:
+    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, made
+    again in ``out``: (its path, its truth). ``expect``: its (template, preset, markers)."""
     mc = _script("make_corpus")
     (tid, preset, markers, s), = [p for p in mc.plan(count, corpus_seed) if p[3] == seed]
     if expect is not None:
         assert (tid, preset, markers) == expect
     stem, _, _ = mc.make_one((tid, preset, markers, s, str(out), "default", {}, 0.0))
-    photo = out / f"{stem}.jpg"
-    truth = json.loads((out / f"{stem}.truth.json").read_text())
+    return out / f"{stem}.jpg", json.loads((out / f"{stem}.truth.json").read_text())
+
+
+def _stained_photo(out: Path, corpus_seed: int, count: int, seed: int, variant_seed: int,
+                   expect: tuple | None = None):
+    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, plain
+    and with the coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it:
+    (clean bytes, stained bytes, truth). ``expect``: its (template, preset, markers)."""
+    photo, truth = corpus_photo(out, corpus_seed, count, seed, expect)
     mv = _script("make_variants")
-    rng = np.random.default_rng([variant_seed, s, mv.KINDS.index("coffee")])
+    rng = np.random.default_rng([variant_seed, seed, mv.KINDS.index("coffee")])
     img, _ = mv.coffee(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, "JPEG", quality=92)
