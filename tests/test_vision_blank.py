@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,10 @@ import vision.marks as marks_mod
 from calibration.template import get_template
 from sheetcheck.simulator import random_marks, simulate_photo
 from vision.learned import DecisionRule
-from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_LEARNED_MIN, REVIEW_THRESHOLD,
-                          RegionReading, _confirm_blank)
+from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HALO_MIN_SEEN,
+                          BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN, BLANK_LEARNED_MIN_CLEAR,
+                          REVIEW_THRESHOLD, WRITTEN_SURE, RegionReading, _confirm_blank,
+                          _confirm_written)
 from vision.pipeline import read_photo
 
 RULE = DecisionRule(photo_gate=0.5, photo_doubt_max=1.0)
@@ -18,23 +22,31 @@ BLANK = {"coverage": 0.0, "coloured": 0.0, "dark": 0.0, "faint_coverage": 0.0}
 
 
 def _pair(*, hand_mark="empty", hand_conf=0.9933, learned_mark="empty", learned_conf=0.985,
-          hand_reason="", **features):
+          hand_reason="", allowed=("empty", "orange", "crossed"), kind="box",
+          reason="low confidence", **features):
     ft = {**BLANK, **features}
-    hand = RegionReading("box.1", "box", hand_mark, hand_conf, False,
-                         ((hand_mark, hand_conf),), ft, hand_reason)
-    both = RegionReading("box.1", "box", learned_mark, 0.96, True,
+    others = tuple((m, 0.0) for m in allowed if m != hand_mark)
+    hand = RegionReading("box.1", kind, hand_mark, hand_conf, False,
+                         ((hand_mark, hand_conf),) + others, ft, hand_reason)
+    both = RegionReading("box.1", kind, learned_mark, 0.96, True,
                          ((learned_mark, learned_conf),),
                          {**ft, "hand_mark": hand_mark, "hand_confidence": hand_conf,
                           "learned_mark": learned_mark, "learned_confidence": learned_conf},
-                         "low confidence")
+                         reason)
     return both, hand
 
 
-def _confirm(pair, *, doubt=0.0, photo_confidence=1.0):
+def _halo(*, diag=0.0, off=0.0, dark=0.0, seen=1.0):
+    """The halo columns of one region (the only fields of the measurements the rule reads)."""
+    return SimpleNamespace(halo_diag=np.array([diag]), halo_off=np.array([off]),
+                           halo_dark_diag=np.array([dark]), halo_seen=np.array([seen]))
+
+
+def _confirm(pair, *, doubt=0.0, photo_confidence=1.0, f=None):
     both, hand = pair
     return _confirm_blank([both], [hand], rule=RULE, doubt=doubt,
                           photo_confidence=photo_confidence,
-                          review_threshold=REVIEW_THRESHOLD)[0]
+                          review_threshold=REVIEW_THRESHOLD, f=f)[0]
 
 
 def test_a_blank_region_both_readers_call_empty_is_confirmed():
@@ -73,6 +85,106 @@ def test_an_unclear_photo_confirms_nothing(doubt, photo_confidence):
     assert rd is both and rd.review
 
 
+def test_a_blank_number_field_has_its_own_hand_floor():
+    """The hand reader's handwriting rule caps a blank number field at 0.9847, under the 0.99 a
+    box asks (session 35: no blank number field was ever confirmed before)."""
+    field = dict(allowed=("empty", "written"), kind="number_field")
+    rd = _confirm(_pair(hand_conf=0.9847, **field))
+    assert rd.mark == "empty" and not rd.review
+    # a few faint texels more (light digits) lower the hand reader under its floor
+    assert _confirm(_pair(hand_conf=BLANK_HAND_MIN_WRITTEN - 0.0005, **field)).review
+    # a box at the number field's floor is not blank enough
+    assert _confirm(_pair(hand_conf=0.9847)).review
+
+
+def test_a_blank_region_with_a_blank_halo_needs_less_of_the_learned_reader():
+    """No ink in the region nor in the paper around it: the learned reader's floor is
+    BLANK_LEARNED_MIN_CLEAR (session 35)."""
+    p = BLANK_LEARNED_MIN_CLEAR + 0.005
+    assert p < BLANK_LEARNED_MIN
+    assert not _confirm(_pair(learned_conf=p), f=_halo()).review
+    assert _confirm(_pair(learned_conf=p)).review  # (no halo measured: the plain floor)
+    assert _confirm(_pair(learned_conf=BLANK_LEARNED_MIN_CLEAR - 0.005), f=_halo()).review
+
+
+@pytest.mark.parametrize("halo", [
+    {"diag": 0.006},   # a crossing-out's stroke running on beside the region
+    {"off": 0.01},     # a neighbour's overshoot, or a fill beside the outline
+    {"dark": 0.01},
+    {"seen": BLANK_HALO_MIN_SEEN - 0.01},  # most of the halo off the photo
+])
+def test_ink_beside_the_region_keeps_the_plain_floor(halo):
+    both, hand = _pair(learned_conf=BLANK_LEARNED_MIN_CLEAR + 0.005)
+    rd = _confirm((both, hand), f=_halo(**halo))
+    assert rd is both and rd.review
+
+
+def _confirm_w(pair, *, doubt=0.0, photo_confidence=1.0):
+    both, hand = pair
+    return _confirm_written([both], [hand], rule=RULE, doubt=doubt,
+                            photo_confidence=photo_confidence,
+                            review_threshold=REVIEW_THRESHOLD)[0]
+
+
+WRITTEN = dict(hand_mark="written", learned_mark="written", allowed=("empty", "written"),
+               kind="number_field", hand_conf=1.0, learned_conf=0.9999, faint_coverage=0.3,
+               coverage=0.2, dark=0.2)
+
+
+def test_a_number_field_both_readers_call_written_is_confirmed():
+    rd = _confirm_w(_pair(**WRITTEN))
+    assert rd.mark == "written" and not rd.review and rd.reason == ""
+    assert rd.confidence == pytest.approx(0.9999)
+
+
+@pytest.mark.parametrize("change", [
+    {"learned_conf": WRITTEN_SURE - 0.0005},
+    {"hand_conf": WRITTEN_SURE - 0.0005},
+    {"hand_mark": "empty"},
+    {"reason": "readers disagree (hand: empty 0.600, learned: written 0.999)"},
+    {"reason": "a stain or stray colour on the paper runs up to the region"},
+])
+def test_a_written_reading_short_of_sure_stays_flagged(change):
+    both, hand = _pair(**{**WRITTEN, **change})
+    rd = _confirm_w((both, hand))
+    assert rd is both and rd.review
+
+
+@pytest.mark.parametrize("doubt, photo_confidence", [(BLANK_DOUBT_MAX + 0.01, 1.0), (0.0, 0.4)])
+def test_an_unclear_photo_confirms_no_writing(doubt, photo_confidence):
+    both, hand = _pair(**WRITTEN)
+    rd = _confirm_w((both, hand), doubt=doubt, photo_confidence=photo_confidence)
+    assert rd is both and rd.review
+
+
+def test_on_a_real_photo_the_session_35_floors_confirm_only_right_readings(monkeypatch):
+    """A typical simulated Reefs photo read with and without session 35's floors (a number
+    field's hand floor, the blank-halo floor, the written confirmation): the readings that
+    change are flagged ones that become confident, every one of them right, and they include
+    blank and written number fields and a blank area region beside blank paper."""
+    t = get_template("reefs-1")
+    marks = random_marks(t, np.random.default_rng(34))
+    photo = simulate_photo(t, marks, seed=34, preset="typical", overrides={"output_long_side": 2400})
+    truth = photo.truth["marks"]
+    with_rule = read_photo(photo.jpeg)
+    monkeypatch.setattr(marks_mod, "BLANK_HAND_MIN_WRITTEN", marks_mod.BLANK_HAND_MIN)
+    monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN_CLEAR", marks_mod.BLANK_LEARNED_MIN)
+    monkeypatch.setattr(marks_mod, "WRITTEN_SURE", 1.1)  # (no probability is above)
+    without = read_photo(photo.jpeg)
+    changed = [rid for rid in with_rule.readings
+               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
+               != (without.readings[rid].mark, without.readings[rid].review)]
+    for rid in changed:
+        a, b = with_rule.readings[rid], without.readings[rid]
+        assert a.mark == b.mark and b.review and not a.review, (rid, a, b)
+        assert truth.get(rid, "empty") == a.mark, rid
+        assert a.confidence >= REVIEW_THRESHOLD
+    kinds = {(with_rule.readings[rid].kind, with_rule.readings[rid].mark) for rid in changed}
+    assert {("number_field", "empty"), ("number_field", "written")} <= kinds, kinds
+    assert any(k != "number_field" for k, _ in kinds), kinds
+    assert len(with_rule.flagged) < len(without.flagged)
+
+
 def test_on_a_real_photo_only_blank_regions_are_confirmed(monkeypatch):
     """A typical simulated photo read with and without the confirmation: the only readings that
     change are flagged "empty" ones of regions that are empty, which become confident."""
@@ -82,6 +194,7 @@ def test_on_a_real_photo_only_blank_regions_are_confirmed(monkeypatch):
     truth = photo.truth["marks"]
     with_rule = read_photo(photo.jpeg)
     monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN", 1.1)  # (no learned probability is above)
+    monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN_CLEAR", 1.1)
     without = read_photo(photo.jpeg)
     changed = [rid for rid in with_rule.readings
                if (with_rule.readings[rid].mark, with_rule.readings[rid].review)

@@ -259,7 +259,11 @@ def test_the_reading_says_which_readers_decided():
     assert both["combine"] == "mean"  # (reader-v12 on: one rule on the members' mean)
     # (session 33: when a blank region's "empty" is confirmed below the model's thresholds)
     assert both["confirm_blank"] == {"zero": ["coverage", "coloured", "dark"], "faint_max": 0.05,
-                                     "hand_min": 0.99, "learned_min": 0.98, "doubt_max": 0.05}
+                                     "hand_min": 0.99, "learned_min": 0.98, "doubt_max": 0.05,
+                                     # (session 35)
+                                     "hand_min_written": 0.984, "learned_min_clear": 0.95,
+                                     "halo_min_seen": 0.5}
+    assert both["confirm_written"] == {"hand_min": 0.999, "learned_min": 0.999, "doubt_max": 0.05}
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 

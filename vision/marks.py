@@ -619,6 +619,8 @@ class _Features:
     halo_diag: np.ndarray | None = None
     halo_off: np.ndarray | None = None
     halo_dark_diag: np.ndarray | None = None
+    #: (session 35) the share of each region's halo pixels on the photo (not a column)
+    halo_seen: np.ndarray | None = None
     lines: Mapping[str, np.ndarray] | None = None
     # (OPEN_FEATURES: the share of the region clear of the wide print guard, and the ink and
     # colour coverage there; only when asked for)
@@ -1509,9 +1511,12 @@ def _measure_halo(lab: np.ndarray, model: SheetModel, th: Mapping[str, float],
 
     nd = np.maximum(count(dg & ok), 1)
     no = np.maximum(count(~dg & ok), 1)
+    # (a region without halo pixels, a connection, has none seen)
+    tot = np.bincount(lbl, minlength=R)
+    seen = (tot > 0).astype(float) if valid is None else count(ok) / np.maximum(tot, 1)
     return {"halo_diag": count(ink & dg) / nd,
             "halo_off": count(ink & ~dg) / no,
-            "halo_dark_diag": count(dark & ok & dg) / nd}
+            "halo_dark_diag": count(dark & ok & dg) / nd, "halo_seen": seen}
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -1719,7 +1724,10 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                 photo_confidence=photo_confidence, doubt=doubt)
         both_read = _confirm_blank(both_read, hands, rule=learned.rule, doubt=doubt,
                                    photo_confidence=photo_confidence,
-                                   review_threshold=review_threshold)
+                                   review_threshold=review_threshold, f=f)
+        both_read = _confirm_written(both_read, hands, rule=learned.rule, doubt=doubt,
+                                     photo_confidence=photo_confidence,
+                                     review_threshold=review_threshold)
         if learned.combine == "mean":
             from vision.learned import committee_disagreements
             names = [(learned.meta or {}).get("id") or "model"] + [
@@ -1776,10 +1784,21 @@ BLANK_FAINT_MAX = 0.05
 BLANK_HAND_MIN = 0.99
 BLANK_LEARNED_MIN = 0.98
 BLANK_DOUBT_MAX = 0.05
+#: (session 35) A region that takes only "written" (a number field) is read by the hand
+#: reader's handwriting rule, whose confidence in a blank field is capped at 0.9847: its own
+#: floor, which also holds its faint texels under ~0.9 % of the field.
+BLANK_HAND_MIN_WRITTEN = 0.984
+#: (session 35) The learned reader's floor for an area region whose surroundings are blank
+#: too: no ink texel in its halo (SheetModel.halo_pix, the bare paper within 1.2 mm of its
+#: box), of which at least BLANK_HALO_MIN_SEEN was on the photo.
+BLANK_LEARNED_MIN_CLEAR = 0.95
+BLANK_HALO_MIN_SEEN = 0.5
+#: (session 35) :func:`_confirm_written`: "written" read by both readers at least this sure.
+WRITTEN_SURE = 0.999
 
 
 def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_confidence: float,
-                   review_threshold: float) -> list:
+                   review_threshold: float, f: _Features | None = None) -> list:
     """The readings of :func:`vision.learned.combine_all`, with each "empty" flagged for low
     confidence alone confirmed (``review`` False, confidence at least the threshold) when the
     region is blank (see ``BLANK_ZERO``).
@@ -1798,20 +1817,69 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
     corpora 285 and 89 more flags lifted (easy and typical: 3185 -> 2960 and 2823 -> 2749),
     none wrong. The doubt gate is what guards both: the 8 marks (of 14,205 regions) both
     readers read "empty" at these confidences on 3200000, 5 of them with no ink texel or
-    faint ones on under 1.2 %, were all on hard photos in more doubt than ``BLANK_DOUBT_MAX``."""
+    faint ones on under 1.2 %, were all on hard photos in more doubt than ``BLANK_DOUBT_MAX``.
+
+    Session 35, with ``f`` (the region measurements, for the halo columns): a number field's
+    floor for the hand reader is ``BLANK_HAND_MIN_WRITTEN`` (its cap for a blank field is
+    0.9847, so none was ever confirmed), and the learned reader's floor is
+    ``BLANK_LEARNED_MIN_CLEAR`` for an area region with no ink in its halo either. On eight
+    spent corpora (1,680 photos, both painters) the blank regions both readers read "empty"
+    at 0.95-0.98 on photos of doubt <= 0.05 held 7 marks: 6 sloppy crossings-out whose strokes
+    ran beside the region (ink in the halo: 0.6-23 % of its diagonal pixels) and one faint
+    orange trace along a whirlpool's spiral (flagged "mostly print" after this).
+    """
     if (doubt > min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
             or photo_confidence < rule.photo_gate):
         return readings
+    halo = None
+    if f is not None and f.halo_diag is not None and f.halo_seen is not None:
+        halo = ((f.halo_diag == 0) & (f.halo_off == 0) & (f.halo_dark_diag == 0)
+                & (f.halo_seen >= BLANK_HALO_MIN_SEEN))
     out = readings
     for i, (rd, hand) in enumerate(zip(readings, hands)):
         if not (rd.review and rd.mark == "empty" and hand.mark == "empty"):
             continue
         ft = hand.features
         p = float(rd.features.get("learned_confidence", 0.0))
+        written_only = {m for m, _ in hand.alternatives} == {"empty", "written"}
+        hand_min = BLANK_HAND_MIN_WRITTEN if written_only else BLANK_HAND_MIN
+        learned_min = (BLANK_LEARNED_MIN_CLEAR if halo is not None and bool(halo[i])
+                       else BLANK_LEARNED_MIN)
         if (hand.reason == "too few unprinted pixels to read"
-                or float(hand.confidence) < BLANK_HAND_MIN or p < BLANK_LEARNED_MIN
+                or float(hand.confidence) < hand_min or p < learned_min
                 or any(float(ft.get(k, 1.0)) != 0.0 for k in BLANK_ZERO)
                 or not float(ft.get("faint_coverage", 1.0)) <= BLANK_FAINT_MAX):
+            continue
+        if out is readings:
+            out = list(readings)
+        out[i] = replace(rd, confidence=max(p, review_threshold), review=False, reason="")
+    return out
+
+
+def _confirm_written(readings: list, hands: list, *, rule, doubt: float,
+                     photo_confidence: float, review_threshold: float) -> list:
+    """The readings of :func:`vision.learned.combine_all`, with each "written" that both
+    readers read at least ``WRITTEN_SURE`` sure, flagged for low confidence alone, confirmed
+    on a clear photo (doubt at most ``BLANK_DOUBT_MAX``).
+
+    Why (session 35): reader-v15 makes "written" confident only on photos of doubt <= 0.015
+    (its own tiers; reader-v6 had made it confident up to doubt 0.12 and a hard photo broke
+    it), so a number field plainly written in read "written" at 1.0 by both readers was
+    flagged on every other easy or typical photo. On eight spent corpora (1,680 photos, both
+    painters) such readings on photos of doubt 0.015-0.05 were 865, all right; the one empty
+    field both read "written" at >= 0.999 was on a photo of doubt above 0.08, and the three
+    others read "written" on clear photos had a hesitant reader.
+    """
+    if (doubt > min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
+            or photo_confidence < rule.photo_gate):
+        return readings
+    out = readings
+    for i, (rd, hand) in enumerate(zip(readings, hands)):
+        if not (rd.review and rd.mark == "written" and hand.mark == "written"
+                and rd.reason.startswith("low confidence")):
+            continue
+        p = float(rd.features.get("learned_confidence", 0.0))
+        if float(hand.confidence) < WRITTEN_SURE or p < WRITTEN_SURE:
             continue
         if out is readings:
             out = list(readings)
