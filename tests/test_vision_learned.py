@@ -263,7 +263,9 @@ def test_the_reading_says_which_readers_decided():
                                      # (session 35)
                                      "hand_min_written": 0.984, "learned_min_clear": 0.95,
                                      "halo_min_seen": 0.5}
-    assert both["confirm_written"] == {"hand_min": 0.999, "learned_min": 0.999, "doubt_max": 0.05}
+    colour = {"hand_min": 0.99, "learned_min": 0.995}
+    assert both["confirm_sure"] == {"doubt_max": 0.05, "by_mark": {
+        "orange": colour, "red": colour, "blue": colour, "green": colour, "purple": colour}}
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 

@@ -28,7 +28,7 @@ from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HALO_MIN_SEEN, BLANK_HAND_MIN,
                           BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN, BLANK_LEARNED_MIN_CLEAR,
-                          BLANK_ZERO, WRITTEN_SURE, REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
+                          BLANK_ZERO, SURE_FLOORS, REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
                           classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
@@ -317,8 +317,10 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     "combine": learned.combine,
                     # (session 33: a blank region's "empty" confirmed, vision.marks._confirm_blank)
                     "confirm_blank": {**_BLANK_RULE, "zero": list(BLANK_ZERO)},
-                    # (session 35: a number field's "written" confirmed, _confirm_written)
-                    "confirm_written": dict(_WRITTEN_RULE)}
+                    # (session 35: colours both readers are sure of confirmed,
+                    # vision.marks._confirm_sure)
+                    "confirm_sure": {"doubt_max": _SURE_RULE["doubt_max"],
+                                     "by_mark": {m: dict(v) for m, v in _SURE_RULE["by_mark"].items()}}}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
@@ -334,9 +336,10 @@ _BLANK_RULE = {"zero": list(BLANK_ZERO), "faint_max": BLANK_FAINT_MAX,
                # (session 35: a number field's floor; the learned floor where the halo is blank)
                "hand_min_written": BLANK_HAND_MIN_WRITTEN, "learned_min_clear": BLANK_LEARNED_MIN_CLEAR,
                "halo_min_seen": BLANK_HALO_MIN_SEEN}
-#: ``details.reader.confirm_written``: when a "written" reading below the model's thresholds
-#: is confirmed (vision.marks._confirm_written).
-_WRITTEN_RULE = {"hand_min": WRITTEN_SURE, "learned_min": WRITTEN_SURE, "doubt_max": BLANK_DOUBT_MAX}
+#: ``details.reader.confirm_sure``: when a colour reading below the model's
+#: thresholds is confirmed (vision.marks._confirm_sure).
+_SURE_RULE = {"doubt_max": BLANK_DOUBT_MAX,
+              "by_mark": {m: {"hand_min": h, "learned_min": l} for m, (h, l) in SURE_FLOORS.items()}}
 
 
 _rule_lock = threading.Lock()
