@@ -114,7 +114,6 @@ def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, 
     # and reads alike (the reader flags more only by checks the rows do not hold)
     k = 0
     monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN", 1.1)
-    monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN_CLEAR", 1.1)
     monkeypatch.setattr(marks_mod, "SURE_FLOORS", {})
     reading = read_photo(d["photos"][k], learned=model)
     rows_k = np.flatnonzero(d["photo"] == k)

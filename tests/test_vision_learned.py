@@ -260,9 +260,7 @@ def test_the_reading_says_which_readers_decided():
     # (session 33: when a blank region's "empty" is confirmed below the model's thresholds)
     assert both["confirm_blank"] == {"zero": ["coverage", "coloured", "dark"], "faint_max": 0.05,
                                      "hand_min": 0.99, "learned_min": 0.98, "doubt_max": 0.05,
-                                     # (session 35)
-                                     "hand_min_written": 0.984, "learned_min_clear": 0.95,
-                                     "halo_min_seen": 0.5}
+                                     "hand_min_written": 0.984}  # (session 35)
     colour = {"hand_min": 0.99, "learned_min": 0.995}
     assert both["confirm_sure"] == {"doubt_max": 0.05, "by_mark": {
         "orange": colour, "red": colour, "blue": colour, "green": colour, "purple": colour}}

@@ -125,8 +125,8 @@ def _features(rows: list[dict]):
     from vision.marks import _Features
 
     names = [fl.name for fl in fields(_Features) if fl.name not in
-             ("halo_diag", "halo_off", "halo_dark_diag", "halo_seen", "lines", "open_share",
-              "open_cover", "open_coloured")]
+             ("halo_diag", "halo_off", "halo_dark_diag", "lines", "open_share", "open_cover",
+              "open_coloured")]
     base = dict(n=400.0, coloured=0.0, dark=0.0, cover=0.0, line_cover=0.0, hue=0.0,
                 purity=0.0, chroma=0.0, x_score=0.0, band_cov=0.0, off_cov=0.0, x_ok=True,
                 faint_cover=0.0, faint_line=0.0, diag_min=0.0, diag_max=0.0, coherence=0.0,

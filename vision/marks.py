@@ -619,8 +619,6 @@ class _Features:
     halo_diag: np.ndarray | None = None
     halo_off: np.ndarray | None = None
     halo_dark_diag: np.ndarray | None = None
-    #: (session 35) the share of each region's halo pixels on the photo (not a column)
-    halo_seen: np.ndarray | None = None
     lines: Mapping[str, np.ndarray] | None = None
     # (OPEN_FEATURES: the share of the region clear of the wide print guard, and the ink and
     # colour coverage there; only when asked for)
@@ -1511,12 +1509,9 @@ def _measure_halo(lab: np.ndarray, model: SheetModel, th: Mapping[str, float],
 
     nd = np.maximum(count(dg & ok), 1)
     no = np.maximum(count(~dg & ok), 1)
-    # (a region without halo pixels, a connection, has none seen)
-    tot = np.bincount(lbl, minlength=R)
-    seen = (tot > 0).astype(float) if valid is None else count(ok) / np.maximum(tot, 1)
     return {"halo_diag": count(ink & dg) / nd,
             "halo_off": count(ink & ~dg) / no,
-            "halo_dark_diag": count(dark & ok & dg) / nd, "halo_seen": seen}
+            "halo_dark_diag": count(dark & ok & dg) / nd}
 
 
 def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | None = None,
@@ -1724,7 +1719,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                                 photo_confidence=photo_confidence, doubt=doubt)
         both_read = _confirm_blank(both_read, hands, rule=learned.rule, doubt=doubt,
                                    photo_confidence=photo_confidence,
-                                   review_threshold=review_threshold, f=f)
+                                   review_threshold=review_threshold)
         both_read = _confirm_sure(both_read, hands, rule=learned.rule, doubt=doubt,
                                   photo_confidence=photo_confidence,
                                   review_threshold=review_threshold)
@@ -1788,11 +1783,6 @@ BLANK_DOUBT_MAX = 0.05
 #: reader's handwriting rule, whose confidence in a blank field is capped at 0.9847: its own
 #: floor, which also holds its faint texels under ~0.9 % of the field.
 BLANK_HAND_MIN_WRITTEN = 0.984
-#: (session 35) The learned reader's floor for an area region whose surroundings are blank
-#: too: no ink texel in its halo (SheetModel.halo_pix, the bare paper within 1.2 mm of its
-#: box), of which at least BLANK_HALO_MIN_SEEN was on the photo.
-BLANK_LEARNED_MIN_CLEAR = 0.95
-BLANK_HALO_MIN_SEEN = 0.5
 #: (session 35) :func:`_confirm_sure`: a colour read by both readers at least this sure (the
 #: hand reader's floor, the learned reader's), on a photo of doubt at most BLANK_DOUBT_MAX.
 #: ("written" is left out: reader-v15's own calibration found no threshold without a
@@ -1803,7 +1793,7 @@ SURE_FLOORS = {c: (COLOUR_SURE_HAND, COLOUR_SURE_LEARNED) for c in PENCIL_COLOUR
 
 
 def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_confidence: float,
-                   review_threshold: float, f: _Features | None = None) -> list:
+                   review_threshold: float) -> list:
     """The readings of :func:`vision.learned.combine_all`, with each "empty" flagged for low
     confidence alone confirmed (``review`` False, confidence at least the threshold) when the
     region is blank (see ``BLANK_ZERO``).
@@ -1824,22 +1814,17 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
     readers read "empty" at these confidences on 3200000, 5 of them with no ink texel or
     faint ones on under 1.2 %, were all on hard photos in more doubt than ``BLANK_DOUBT_MAX``.
 
-    Session 35, with ``f`` (the region measurements, for the halo columns): a number field's
-    floor for the hand reader is ``BLANK_HAND_MIN_WRITTEN`` (its cap for a blank field is
-    0.9847, so none was ever confirmed), and the learned reader's floor is
-    ``BLANK_LEARNED_MIN_CLEAR`` for an area region with no ink in its halo either. On eight
-    spent corpora (1,680 photos, both painters) the blank regions both readers read "empty"
-    at 0.95-0.98 on photos of doubt <= 0.05 held 7 marks: 6 sloppy crossings-out whose strokes
-    ran beside the region (ink in the halo: 0.6-23 % of its diagonal pixels) and one faint
-    orange trace along a whirlpool's spiral (flagged "mostly print" after this).
+    Session 35: a number field's floor for the hand reader is ``BLANK_HAND_MIN_WRITTEN`` (its
+    cap for a blank field is 0.9847, so none was ever confirmed). On eight spent corpora
+    (1,680 photos, both painters) 457 blank fields both readers read "empty" at these levels
+    on photos of doubt <= 0.05 were all empty. (A lower learned floor, 0.95, for a blank
+    region with no ink in its halo either was tried and withdrawn: on the next fresh corpus a
+    stroke laid along a Crypts symbol's print, hidden where both readers leave the print
+    out, was read "empty" at 0.962 on a blurred photo; docs/EVALUATION.md, "Session 35".)
     """
     if (doubt > min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
             or photo_confidence < rule.photo_gate):
         return readings
-    halo = None
-    if f is not None and f.halo_diag is not None and f.halo_seen is not None:
-        halo = ((f.halo_diag == 0) & (f.halo_off == 0) & (f.halo_dark_diag == 0)
-                & (f.halo_seen >= BLANK_HALO_MIN_SEEN))
     out = readings
     for i, (rd, hand) in enumerate(zip(readings, hands)):
         if not (rd.review and rd.mark == "empty" and hand.mark == "empty"):
@@ -1848,10 +1833,8 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
         p = float(rd.features.get("learned_confidence", 0.0))
         written_only = {m for m, _ in hand.alternatives} == {"empty", "written"}
         hand_min = BLANK_HAND_MIN_WRITTEN if written_only else BLANK_HAND_MIN
-        learned_min = (BLANK_LEARNED_MIN_CLEAR if halo is not None and bool(halo[i])
-                       else BLANK_LEARNED_MIN)
         if (hand.reason == "too few unprinted pixels to read"
-                or float(hand.confidence) < hand_min or p < learned_min
+                or float(hand.confidence) < hand_min or p < BLANK_LEARNED_MIN
                 or any(float(ft.get(k, 1.0)) != 0.0 for k in BLANK_ZERO)
                 or not float(ft.get("faint_coverage", 1.0)) <= BLANK_FAINT_MAX):
             continue

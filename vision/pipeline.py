@@ -26,10 +26,9 @@ from vision.colour import Palette, load_palette
 from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
-from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HALO_MIN_SEEN, BLANK_HAND_MIN,
-                          BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN, BLANK_LEARNED_MIN_CLEAR,
-                          BLANK_ZERO, SURE_FLOORS, REVIEW_THRESHOLD, RegionReading, SheetModel, build_sheet_model,
-                          classify_sheet)
+from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
+                          BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
+                          RegionReading, SheetModel, build_sheet_model, classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
 #: outside tool could notice.
@@ -333,9 +332,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
 #: confirmed (vision.marks._confirm_blank).
 _BLANK_RULE = {"zero": list(BLANK_ZERO), "faint_max": BLANK_FAINT_MAX,
                "hand_min": BLANK_HAND_MIN, "learned_min": BLANK_LEARNED_MIN, "doubt_max": BLANK_DOUBT_MAX,
-               # (session 35: a number field's floor; the learned floor where the halo is blank)
-               "hand_min_written": BLANK_HAND_MIN_WRITTEN, "learned_min_clear": BLANK_LEARNED_MIN_CLEAR,
-               "halo_min_seen": BLANK_HALO_MIN_SEEN}
+               # (session 35: a number field's floor)
+               "hand_min_written": BLANK_HAND_MIN_WRITTEN}
 #: ``details.reader.confirm_sure``: when a colour reading below the model's
 #: thresholds is confirmed (vision.marks._confirm_sure).
 _SURE_RULE = {"doubt_max": BLANK_DOUBT_MAX,
