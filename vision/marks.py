@@ -1792,6 +1792,14 @@ COLOUR_SURE_LEARNED = 0.995
 SURE_FLOORS = {c: (COLOUR_SURE_HAND, COLOUR_SURE_LEARNED) for c in PENCIL_COLOURS}
 
 
+def _clear_photo(rule, doubt: float, photo_confidence: float) -> bool:
+    """Whether a photo is clear enough for :func:`_confirm_blank` and :func:`_confirm_sure`: not
+    below the rule's photo gate, and at most ``BLANK_DOUBT_MAX`` (or the rule's own limit, if
+    lower) of its regions in doubt."""
+    return (doubt <= min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
+            and photo_confidence >= rule.photo_gate)
+
+
 def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_confidence: float,
                    review_threshold: float) -> list:
     """The readings of :func:`vision.learned.combine_all`, with each "empty" flagged for low
@@ -1822,8 +1830,7 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
     stroke laid along a Crypts symbol's print, hidden where both readers leave the print
     out, was read "empty" at 0.962 on a blurred photo; docs/EVALUATION.md, "Session 35".)
     """
-    if (doubt > min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
-            or photo_confidence < rule.photo_gate):
+    if not _clear_photo(rule, doubt, photo_confidence):
         return readings
     out = readings
     for i, (rd, hand) in enumerate(zip(readings, hands)):
@@ -1845,7 +1852,8 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
 
 
 def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_confidence: float,
-                  review_threshold: float, floors: Mapping[str, tuple[float, float]] | None = None) -> list:
+                  review_threshold: float,
+                  floors: Mapping[str, tuple[float, float]] | None = None) -> list:
     """The readings of :func:`vision.learned.combine_all`, with each mark of ``floors``
     (default ``SURE_FLOORS``: the pencils) that both readers read at least as sure as its
     floors (hand, learned), flagged for low confidence alone, confirmed on a clear photo
@@ -1872,8 +1880,7 @@ def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_conf
     calibration, a pencil missing from the sheet, ...) judge these readings as any other.
     """
     floors = SURE_FLOORS if floors is None else floors
-    if (doubt > min(BLANK_DOUBT_MAX, rule.photo_doubt_max)
-            or photo_confidence < rule.photo_gate):
+    if not _clear_photo(rule, doubt, photo_confidence):
         return readings
     out = readings
     for i, (rd, hand) in enumerate(zip(readings, hands)):

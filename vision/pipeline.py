@@ -319,7 +319,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     # (session 35: colours both readers are sure of confirmed,
                     # vision.marks._confirm_sure)
                     "confirm_sure": {"doubt_max": _SURE_RULE["doubt_max"],
-                                     "by_mark": {m: dict(v) for m, v in _SURE_RULE["by_mark"].items()}}}
+                                     "by_mark": {m: dict(v)
+                                                 for m, v in _SURE_RULE["by_mark"].items()}}}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
@@ -331,13 +332,15 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
 #: ``details.reader.confirm_blank``: when an "empty" reading below the model's thresholds is
 #: confirmed (vision.marks._confirm_blank).
 _BLANK_RULE = {"zero": list(BLANK_ZERO), "faint_max": BLANK_FAINT_MAX,
-               "hand_min": BLANK_HAND_MIN, "learned_min": BLANK_LEARNED_MIN, "doubt_max": BLANK_DOUBT_MAX,
+               "hand_min": BLANK_HAND_MIN, "learned_min": BLANK_LEARNED_MIN,
+               "doubt_max": BLANK_DOUBT_MAX,
                # (session 35: a number field's floor)
                "hand_min_written": BLANK_HAND_MIN_WRITTEN}
 #: ``details.reader.confirm_sure``: when a colour reading below the model's
 #: thresholds is confirmed (vision.marks._confirm_sure).
 _SURE_RULE = {"doubt_max": BLANK_DOUBT_MAX,
-              "by_mark": {m: {"hand_min": h, "learned_min": l} for m, (h, l) in SURE_FLOORS.items()}}
+              "by_mark": {m: {"hand_min": h, "learned_min": l}
+                          for m, (h, l) in SURE_FLOORS.items()}}
 
 
 _rule_lock = threading.Lock()
