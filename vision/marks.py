@@ -1852,12 +1852,11 @@ def _confirm_blank(readings: list, hands: list, *, rule, doubt: float, photo_con
 
 
 def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_confidence: float,
-                  review_threshold: float,
-                  floors: Mapping[str, tuple[float, float]] | None = None) -> list:
-    """The readings of :func:`vision.learned.combine_all`, with each mark of ``floors``
-    (default ``SURE_FLOORS``: the pencils) that both readers read at least as sure as its
-    floors (hand, learned), flagged for low confidence alone, confirmed on a clear photo
-    (doubt at most ``BLANK_DOUBT_MAX``).
+                  review_threshold: float) -> list:
+    """The readings of :func:`vision.learned.combine_all`, with each mark of ``SURE_FLOORS``
+    (the pencils) that both readers read at least as sure as its floors (hand, learned),
+    flagged for low confidence alone, confirmed on a clear photo (doubt at most
+    ``BLANK_DOUBT_MAX``).
 
     Why (session 35): reader-v15's rule has thresholds of its own for photos of doubt up to
     0.03 (its tiers, bounds given to its fit: 0, 0.015, 0.03) and asks a learned probability
@@ -1879,9 +1878,9 @@ def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_conf
     The committee's members must still agree, and the checks that follow (stains, a second
     calibration, a pencil missing from the sheet, ...) judge these readings as any other.
     """
-    floors = SURE_FLOORS if floors is None else floors
     if not _clear_photo(rule, doubt, photo_confidence):
         return readings
+    floors = SURE_FLOORS  # (looked up at the call: tests switch it off)
     out = readings
     for i, (rd, hand) in enumerate(zip(readings, hands)):
         if not rd.review or rd.mark != hand.mark or rd.mark not in floors:
