@@ -10,7 +10,8 @@ from calibration.template import get_template
 from sheetcheck.simulator import random_marks, simulate_photo
 from vision.learned import DecisionRule
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN,
-                          COLOUR_SURE_HAND, COLOUR_SURE_LEARNED, REVIEW_THRESHOLD, SURE_FLOORS,
+                          COLOUR_SURE_HAND, COLOUR_SURE_LEARNED, REVIEW_THRESHOLD,
+                          ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED, SURE_FLOORS, SURE_KIND_FLOORS,
                           RegionReading, _confirm_blank, _confirm_sure)
 from vision.pipeline import read_photo
 
@@ -205,3 +206,64 @@ def test_on_a_real_photo_colours_both_readers_are_sure_of_are_confirmed(tmp_path
         assert truth["marks"][rid] == a.mark, rid
         assert a.features["hand_confidence"] >= COLOUR_SURE_HAND
         assert a.features["learned_confidence"] >= COLOUR_SURE_LEARNED
+
+
+ROUTE = dict(kind="connection", allowed=("empty", "orange", "red", "blue", "green", "purple"),
+             hand_conf=ROUTE_EMPTY_HAND + 0.001, learned_conf=ROUTE_EMPTY_LEARNED + 0.001,
+             faint_coverage=0.3)
+
+
+def test_an_empty_route_both_readers_are_sure_of_is_confirmed():
+    """Session 37: a route (a Reefs connection) both readers read "empty", the hand reader at
+    ROUTE_EMPTY_HAND and the learned reader at ROUTE_EMPTY_LEARNED, on a clear photo; faint
+    texels along it (the printed band's edges) do not stop it, as they would a blank box."""
+    rd = _confirm_one_sure(_pair(**ROUTE))
+    assert rd.mark == "empty" and not rd.review and rd.reason == ""
+    assert rd.confidence >= REVIEW_THRESHOLD
+    assert SURE_KIND_FLOORS == {("connection", "empty"): (ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED)}
+
+
+@pytest.mark.parametrize("change", [
+    {"learned_conf": ROUTE_EMPTY_LEARNED - 0.0005},
+    {"hand_conf": ROUTE_EMPTY_HAND - 0.0005},
+    {"learned_mark": "blue"},                      # the readers disagree
+    {"kind": "box"},                               # a box's "empty" is _confirm_blank's
+    {"kind": "treasure"},
+    {"reason": "photo too unreliable (registration/resolution)"},
+])
+def test_a_route_short_of_sure_stays_flagged(change):
+    both, hand = _pair(**{**ROUTE, **change})
+    rd = _confirm_one_sure((both, hand))
+    assert rd is both and rd.review
+
+
+@pytest.mark.parametrize("doubt, photo_confidence", [(BLANK_DOUBT_MAX + 0.01, 1.0), (0.0, 0.4)])
+def test_an_unclear_photo_confirms_no_empty_route(doubt, photo_confidence):
+    both, hand = _pair(**ROUTE)
+    rd = _confirm_one_sure((both, hand), doubt=doubt, photo_confidence=photo_confidence)
+    assert rd is both and rd.review
+
+
+def test_on_a_real_photo_empty_routes_both_readers_are_sure_of_are_confirmed(tmp_path,
+                                                                            monkeypatch):
+    """Photo 3400189 of the spent default corpus 3400000 (reefs-1, typical, no markers; 3 % of
+    its regions in doubt): read with and without SURE_KIND_FLOORS, the readings that change
+    are routes both readers read "empty", flagged for low confidence without it and confident
+    with it, every one empty in truth."""
+    from test_vision_stains import corpus_photo
+    photo, truth = corpus_photo(tmp_path, 3400000, 300, 3400189, ("reefs-1", "typical", False))
+    with_rule = read_photo(photo)
+    monkeypatch.setattr(marks_mod, "SURE_KIND_FLOORS", {})
+    without = read_photo(photo)
+    changed = [rid for rid in with_rule.readings
+               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
+               != (without.readings[rid].mark, without.readings[rid].review)]
+    assert len(changed) >= 8, changed
+    for rid in changed:
+        a, b = with_rule.readings[rid], without.readings[rid]
+        assert a.kind == "connection" and a.mark == b.mark == "empty", (rid, a, b)
+        assert b.review and b.reason.startswith("low confidence") and not a.review
+        assert truth["marks"].get(rid, "empty") == "empty", rid
+        assert a.features["hand_confidence"] >= ROUTE_EMPTY_HAND
+        assert a.features["learned_confidence"] >= ROUTE_EMPTY_LEARNED
+    assert len(with_rule.flagged) == len(without.flagged) - len(changed)

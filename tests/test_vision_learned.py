@@ -263,7 +263,10 @@ def test_the_reading_says_which_readers_decided():
                                      "hand_min_written": 0.984}  # (session 35)
     colour = {"hand_min": 0.99, "learned_min": 0.995}
     assert both["confirm_sure"] == {"doubt_max": 0.05, "by_mark": {
-        "orange": colour, "red": colour, "blue": colour, "green": colour, "purple": colour}}
+        "orange": colour, "red": colour, "blue": colour, "green": colour, "purple": colour},
+        # (session 37: an empty route)
+        "by_kind": [{"kind": "connection", "mark": "empty", "hand_min": 0.98,
+                     "learned_min": 0.98}]}
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 

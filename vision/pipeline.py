@@ -28,6 +28,7 @@ from vision.learned import resolve_reader
 from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
                           BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
+                          SURE_KIND_FLOORS,
                           RegionReading, SheetModel, build_sheet_model, classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
@@ -320,7 +321,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     # vision.marks._confirm_sure)
                     "confirm_sure": {"doubt_max": _SURE_RULE["doubt_max"],
                                      "by_mark": {m: dict(v)
-                                                 for m, v in _SURE_RULE["by_mark"].items()}}}
+                                                 for m, v in _SURE_RULE["by_mark"].items()},
+                                     "by_kind": [dict(v) for v in _SURE_RULE["by_kind"]]}}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
     return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
@@ -340,7 +342,10 @@ _BLANK_RULE = {"zero": list(BLANK_ZERO), "faint_max": BLANK_FAINT_MAX,
 #: thresholds is confirmed (vision.marks._confirm_sure).
 _SURE_RULE = {"doubt_max": BLANK_DOUBT_MAX,
               "by_mark": {m: {"hand_min": h, "learned_min": l}
-                          for m, (h, l) in SURE_FLOORS.items()}}
+                          for m, (h, l) in SURE_FLOORS.items()},
+              # (session 37: a mark on one kind of region, ahead of by_mark)
+              "by_kind": [{"kind": k, "mark": m, "hand_min": h, "learned_min": l}
+                          for (k, m), (h, l) in SURE_KIND_FLOORS.items()]}
 
 
 _rule_lock = threading.Lock()
