@@ -245,32 +245,6 @@ def test_an_unclear_photo_confirms_no_empty_route(doubt, photo_confidence):
     assert rd is both and rd.review
 
 
-def test_on_a_real_photo_empty_routes_both_readers_are_sure_of_are_confirmed(tmp_path,
-                                                                            monkeypatch):
-    """Photo 3400189 of the spent default corpus 3400000 (reefs-1, typical, no markers; 3 % of
-    its regions in doubt): read with and without the route's floors, the readings that change
-    are routes both readers read "empty", flagged for low confidence without it and confident
-    with it, every one empty in truth."""
-    from test_vision_stains import corpus_photo
-    photo, truth = corpus_photo(tmp_path, 3400000, 300, 3400189, ("reefs-1", "typical", False))
-    with_rule = read_photo(photo)
-    monkeypatch.setattr(marks_mod, "SURE_KIND_FLOORS",
-                        {k: v for k, v in SURE_KIND_FLOORS.items() if k[0] != "connection"})
-    without = read_photo(photo)
-    changed = [rid for rid in with_rule.readings
-               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
-               != (without.readings[rid].mark, without.readings[rid].review)]
-    assert len(changed) >= 8, changed
-    for rid in changed:
-        a, b = with_rule.readings[rid], without.readings[rid]
-        assert a.kind == "connection" and a.mark == b.mark == "empty", (rid, a, b)
-        assert b.review and b.reason.startswith("low confidence") and not a.review
-        assert truth["marks"].get(rid, "empty") == "empty", rid
-        assert a.features["hand_confidence"] >= ROUTE_EMPTY_HAND
-        assert a.features["learned_confidence"] >= ROUTE_EMPTY_LEARNED
-    assert len(with_rule.flagged) == len(without.flagged) - len(changed)
-
-
 TREASURE = dict(kind="treasure", allowed=("empty", "crossed"), hand_conf=0.9933,
                 learned_conf=TREASURE_EMPTY_LEARNED + 0.001, faint_coverage=0.2, coverage=0.01)
 
@@ -297,26 +271,35 @@ def test_a_treasure_short_of_sure_stays_flagged(change):
     assert rd is both and rd.review
 
 
-def test_on_a_real_photo_empty_treasures_both_readers_are_sure_of_are_confirmed(tmp_path,
-                                                                               monkeypatch):
-    """Photo 3500219 of the spent default corpus 3500000 (reefs-1, easy, markers; no region in
-    doubt): read with and without the treasure's floors, the readings that change are
-    treasures both readers read "empty", flagged for low confidence without them and
-    confident with them, every one empty in truth."""
+@pytest.mark.parametrize("corpus, seed, expect, kind, floors, at_least", [
+    # 3400189: reefs-1, typical, no markers; 3 % of its regions in doubt
+    (3400000, 3400189, ("reefs-1", "typical", False), "connection",
+     (ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED), 8),
+    # 3500219: reefs-1, easy, markers; no region in doubt
+    (3500000, 3500219, ("reefs-1", "easy", True), "treasure",
+     (TREASURE_EMPTY_HAND, TREASURE_EMPTY_LEARNED), 3),
+])
+def test_on_a_real_photo_empty_regions_of_a_kind_both_readers_are_sure_of_are_confirmed(
+        tmp_path, monkeypatch, corpus, seed, expect, kind, floors, at_least):
+    """A photo of a spent default corpus read with and without the floors of one kind of
+    region (SURE_KIND_FLOORS, session 37): the readings that change are regions of that kind
+    both readers read "empty", flagged for low confidence without the floors and confident
+    with them, every one empty in truth; nothing else changes."""
     from test_vision_stains import corpus_photo
-    photo, truth = corpus_photo(tmp_path, 3500000, 300, 3500219, ("reefs-1", "easy", True))
+    photo, truth = corpus_photo(tmp_path, corpus, 300, seed, expect)
     with_rule = read_photo(photo)
     monkeypatch.setattr(marks_mod, "SURE_KIND_FLOORS",
-                        {k: v for k, v in SURE_KIND_FLOORS.items() if k[0] != "treasure"})
+                        {k: v for k, v in SURE_KIND_FLOORS.items() if k[0] != kind})
     without = read_photo(photo)
     changed = [rid for rid in with_rule.readings
                if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
                != (without.readings[rid].mark, without.readings[rid].review)]
-    assert len(changed) >= 3, changed
+    assert len(changed) >= at_least, changed
     for rid in changed:
         a, b = with_rule.readings[rid], without.readings[rid]
-        assert a.kind == "treasure" and a.mark == b.mark == "empty", (rid, a, b)
+        assert a.kind == kind and a.mark == b.mark == "empty", (rid, a, b)
         assert b.review and b.reason.startswith("low confidence") and not a.review
         assert truth["marks"].get(rid, "empty") == "empty", rid
-        assert a.features["hand_confidence"] >= TREASURE_EMPTY_HAND
-        assert a.features["learned_confidence"] >= TREASURE_EMPTY_LEARNED
+        assert a.features["hand_confidence"] >= floors[0]
+        assert a.features["learned_confidence"] >= floors[1]
+    assert len(with_rule.flagged) == len(without.flagged) - len(changed)
