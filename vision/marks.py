@@ -1906,10 +1906,11 @@ def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_conf
     Also session 37, an empty treasure both read "empty", the hand reader at >= 0.99 and the
     learned reader at >= 0.985: a treasure is mostly print (a chest and a number fill its
     circle), so the blank confirmation, which wants no ink texel at all, rarely applies, and
-    reader-v15 asks 0.99 of both. On the same corpora (and the held-out painter's 1280000),
-    of the 1,243 treasures both read "empty" flagged for low confidence alone on photos of
-    doubt <= 0.05, it confirms 346, all empty (none wrong either at learned >= 0.97 with the
-    doubt limit at 0.0625, 749). The hand reader does not tell them apart (it sits at its cap,
+    reader-v15 asks 0.99 of both. On the same five default corpora, of the 1,243 treasures
+    both read "empty" flagged for low confidence alone on photos of doubt <= 0.05, it confirms
+    320, all empty (none wrong either at learned >= 0.97 with the doubt limit at 0.0625, 686);
+    on the held-out painter's spent 1280000 (a check) 26 of 105, all empty. The hand reader
+    does not tell them apart (it sits at its cap,
     0.9933, on the wrong ones too): the nearest wrong one, a crossed-out treasure both read
     "empty" at learned 0.9598 on a typical photo of doubt 0.017 (session 35 saw one at 0.960
     too), sits 0.025 under the learned floor.
