@@ -1910,10 +1910,9 @@ def _confirm_sure(readings: list, hands: list, *, rule, doubt: float, photo_conf
     both read "empty" flagged for low confidence alone on photos of doubt <= 0.05, it confirms
     320, all empty (none wrong either at learned >= 0.97 with the doubt limit at 0.0625, 686);
     on the held-out painter's spent 1280000 (a check) 26 of 105, all empty. The hand reader
-    does not tell them apart (it sits at its cap,
-    0.9933, on the wrong ones too): the nearest wrong one, a crossed-out treasure both read
-    "empty" at learned 0.9598 on a typical photo of doubt 0.017 (session 35 saw one at 0.960
-    too), sits 0.025 under the learned floor.
+    does not tell them apart (it sits at its cap, 0.9933, on the wrong ones too): the nearest
+    wrong one, a crossed-out treasure both read "empty" at learned 0.9598 on a typical photo
+    of doubt 0.017 (session 35 saw one at 0.960 too), sits 0.025 under the learned floor.
 
     The committee's members must still agree, and the checks that follow (stains, a second
     calibration, a pencil missing from the sheet, ...) judge these readings as any other.
