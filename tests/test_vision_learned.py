@@ -266,9 +266,7 @@ def test_the_reading_says_which_readers_decided():
         "orange": colour, "red": colour, "blue": colour, "green": colour, "purple": colour},
         # (session 37: an empty route)
         "by_kind": [{"kind": "connection", "mark": "empty", "hand_min": 0.98,
-                     "learned_min": 0.98},
-                    {"kind": "treasure", "mark": "empty", "hand_min": 0.99,
-                     "learned_min": 0.985}]}
+                     "learned_min": 0.98}]}
     alone = read_photo(photo, learned=None).to_json()["details"]["reader"]
     assert alone == {"readers": ["hand"], "model": None}
 
