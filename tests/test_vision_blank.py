@@ -140,6 +140,18 @@ def test_a_colour_short_of_sure_stays_flagged(change):
     assert rd is both and rd.review
 
 
+def _read_with_and_without(photo, monkeypatch, name: str, value):
+    """``photo`` read as is and with ``vision.marks.<name>`` set to ``value``: (the first
+    reading, the second, the ids of the regions whose mark or review flag differ)."""
+    with_rule = read_photo(photo)
+    monkeypatch.setattr(marks_mod, name, value)
+    without = read_photo(photo)
+    changed = [rid for rid in with_rule.readings
+               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
+               != (without.readings[rid].mark, without.readings[rid].review)]
+    return with_rule, without, changed
+
+
 def test_on_a_real_photo_the_number_field_floor_confirms_only_blank_fields(monkeypatch):
     """A typical simulated Reefs photo read with and without session 35's hand floor for a
     blank number field: the readings that change are flagged "empty" number fields that
@@ -148,12 +160,8 @@ def test_on_a_real_photo_the_number_field_floor_confirms_only_blank_fields(monke
     marks = random_marks(t, np.random.default_rng(34))
     photo = simulate_photo(t, marks, seed=34, preset="typical", overrides={"output_long_side": 2400})
     truth = photo.truth["marks"]
-    with_rule = read_photo(photo.jpeg)
-    monkeypatch.setattr(marks_mod, "BLANK_HAND_MIN_WRITTEN", marks_mod.BLANK_HAND_MIN)
-    without = read_photo(photo.jpeg)
-    changed = [rid for rid in with_rule.readings
-               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
-               != (without.readings[rid].mark, without.readings[rid].review)]
+    with_rule, without, changed = _read_with_and_without(
+        photo.jpeg, monkeypatch, "BLANK_HAND_MIN_WRITTEN", marks_mod.BLANK_HAND_MIN)
     for rid in changed:
         a, b = with_rule.readings[rid], without.readings[rid]
         assert a.mark == b.mark == "empty" and b.review and not a.review, (rid, a, b)
@@ -170,12 +178,9 @@ def test_on_a_real_photo_only_blank_regions_are_confirmed(monkeypatch):
     marks = random_marks(t, np.random.default_rng(33))
     photo = simulate_photo(t, marks, seed=33, preset="typical", overrides={"output_long_side": 2400})
     truth = photo.truth["marks"]
-    with_rule = read_photo(photo.jpeg)
-    monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN", 1.1)  # (no learned probability is above)
-    without = read_photo(photo.jpeg)
-    changed = [rid for rid in with_rule.readings
-               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
-               != (without.readings[rid].mark, without.readings[rid].review)]
+    # (no learned probability is above 1.1)
+    with_rule, without, changed = _read_with_and_without(photo.jpeg, monkeypatch,
+                                                         "BLANK_LEARNED_MIN", 1.1)
     assert changed, "no blank region was confirmed on this photo"
     for rid in changed:
         a, b = with_rule.readings[rid], without.readings[rid]
@@ -192,12 +197,7 @@ def test_on_a_real_photo_colours_both_readers_are_sure_of_are_confirmed(tmp_path
     are sure of, flagged without them and confident with them, every one right."""
     from test_vision_stains import corpus_photo
     photo, truth = corpus_photo(tmp_path, 3300000, 300, 3300114, ("crypts-1", "typical", False))
-    with_rule = read_photo(photo)
-    monkeypatch.setattr(marks_mod, "SURE_FLOORS", {})
-    without = read_photo(photo)
-    changed = [rid for rid in with_rule.readings
-               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
-               != (without.readings[rid].mark, without.readings[rid].review)]
+    with_rule, without, changed = _read_with_and_without(photo, monkeypatch, "SURE_FLOORS", {})
     assert len(changed) >= 5, changed
     for rid in changed:
         a, b = with_rule.readings[rid], without.readings[rid]
@@ -255,32 +255,24 @@ def test_an_empty_treasure_is_not_confirmed_so():
     assert all(kind != "treasure" for kind, _ in SURE_KIND_FLOORS)
 
 
-@pytest.mark.parametrize("corpus, seed, expect, kind, floors, at_least", [
-    # 3400189: reefs-1, typical, no markers; 3 % of its regions in doubt
-    (3400000, 3400189, ("reefs-1", "typical", False), "connection",
-     (ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED), 8),
-])
-def test_on_a_real_photo_empty_regions_of_a_kind_both_readers_are_sure_of_are_confirmed(
-        tmp_path, monkeypatch, corpus, seed, expect, kind, floors, at_least):
-    """A photo of a spent default corpus read with and without the floors of one kind of
-    region (SURE_KIND_FLOORS, session 37): the readings that change are regions of that kind
-    both readers read "empty", flagged for low confidence without the floors and confident
-    with them, every one empty in truth; nothing else changes."""
+def test_on_a_real_photo_empty_routes_both_readers_are_sure_of_are_confirmed(tmp_path,
+                                                                            monkeypatch):
+    """Photo 3400189 of the spent default corpus 3400000 (reefs-1, typical, no markers; 3 % of
+    its regions in doubt) read with and without the route's floors (SURE_KIND_FLOORS, session
+    37): the readings that change are routes both readers read "empty", flagged for low
+    confidence without the floors and confident with them, every one empty in truth; nothing
+    else changes."""
     from test_vision_stains import corpus_photo
-    photo, truth = corpus_photo(tmp_path, corpus, 300, seed, expect)
-    with_rule = read_photo(photo)
-    monkeypatch.setattr(marks_mod, "SURE_KIND_FLOORS",
-                        {k: v for k, v in SURE_KIND_FLOORS.items() if k[0] != kind})
-    without = read_photo(photo)
-    changed = [rid for rid in with_rule.readings
-               if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
-               != (without.readings[rid].mark, without.readings[rid].review)]
-    assert len(changed) >= at_least, changed
+    photo, truth = corpus_photo(tmp_path, 3400000, 300, 3400189, ("reefs-1", "typical", False))
+    with_rule, without, changed = _read_with_and_without(
+        photo, monkeypatch, "SURE_KIND_FLOORS",
+        {k: v for k, v in SURE_KIND_FLOORS.items() if k[0] != "connection"})
+    assert len(changed) >= 8, changed
     for rid in changed:
         a, b = with_rule.readings[rid], without.readings[rid]
-        assert a.kind == kind and a.mark == b.mark == "empty", (rid, a, b)
+        assert a.kind == "connection" and a.mark == b.mark == "empty", (rid, a, b)
         assert b.review and b.reason.startswith("low confidence") and not a.review
         assert truth["marks"].get(rid, "empty") == "empty", rid
-        assert a.features["hand_confidence"] >= floors[0]
-        assert a.features["learned_confidence"] >= floors[1]
+        assert a.features["hand_confidence"] >= ROUTE_EMPTY_HAND
+        assert a.features["learned_confidence"] >= ROUTE_EMPTY_LEARNED
     assert len(with_rule.flagged) == len(without.flagged) - len(changed)
