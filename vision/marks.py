@@ -2496,6 +2496,32 @@ STAIN_PALE_OF_PENCIL = 0.4
 STAIN_PALE_MIN_READINGS = 3
 
 
+#: :func:`_fit_ring`: a stain is a ring (a cup's or a glass's foot) when its samples (on the
+#: bare paper, and where its trace ran on into the regions) lie on a circle: at least
+#: RING_MIN_SAMPLES of them within RING_TOL_MM of it, spread round at least RING_MIN_ARC_DEG of
+#: it (the circle less its widest stretch without one), its radius within RING_RADIUS_MM (an
+#: espresso cup's foot to a large mug's). The circle is found by RING_TRIALS random triples of samples (a fixed seed:
+#: the same photo reads the same) and refitted to its inliers. A region the circle passes
+#: through (RING_MIN_CELLS of its sample cells within RING_BAND_MM of it) may carry the ring
+#: where the ring is too faint to be traced.
+RING_TOL_MM = 1.5
+RING_MIN_SAMPLES = 20
+RING_MIN_ARC_DEG = 60.0
+RING_RADIUS_MM = (15.0, 70.0)
+#: ...and the samples must make a curve, not a cloud the circle happens to cross: at least
+#: RING_FLANK_RATIO times as many within RING_TOL_MM of it as in the bands beside that, out to
+#: 3 x RING_TOL_MM either side (twice its area).
+RING_FLANK_RATIO = 1.5
+RING_TRIALS = 300
+RING_SCORE_SAMPLES = 300
+RING_BAND_MM = 2.25
+RING_MIN_CELLS = 3
+#: :func:`_check_stains`: a confident colour reading on the ring, of the stain's hue, is flagged
+#: when its chroma is at most RING_PALE_RATIO times the stain's (a pencil is 2-7 times a coffee
+#: stain's chroma, its median 4); a confident crossing-out on it always.
+RING_PALE_RATIO = 2.5
+
+
 class Stain(NamedTuple):
     """What :func:`_stains` found: the regions under a stain, and a coloured stain's colour."""
 
@@ -2504,6 +2530,11 @@ class Stain(NamedTuple):
     ab: tuple[float, float] | None
     """The median a, b of the stain's samples on the bare paper, when it is coloured (chroma
     at least the photo's faint-ink chroma); None for a grey stain or none."""
+    ring: np.ndarray | None = None
+    """(R,) bool: regions the circle of a ring-shaped stain passes through (:func:`_fit_ring`);
+    None when the stain is no ring."""
+    circle_mm: tuple[float, float, float] | None = None
+    """That circle's centre x, y and radius on the sheet (mm, the template's frame)."""
 
 
 def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
@@ -2591,9 +2622,78 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
     flat_stain = stain.reshape(-1) > 0
     anchor = lab[flat_stain[grid_pos] & col]
     traced = _trace_stain(sample, anchor, stain, th, valid, trace_idx, trace_pos)
+    on = flat_stain if traced is None else (flat_stain | traced)
     if traced is not None:
         under |= np.bincount(labels[traced[cells]], minlength=R) >= STAIN_TRACE_MIN_CELLS
-    return Stain(under, _stain_colour(anchor, th))
+    step = max(1, int(round(STAIN_STEP_MM * model.dpi / 25.4)))  # (px: _stain_geometry's)
+    step_mm = step * 25.4 / model.dpi
+    gy, gx = np.divmod(np.flatnonzero(on), gw)
+    circle = _fit_ring(np.column_stack([gx, gy]).astype(np.float64), step_mm)
+    ring = circle_mm = None
+    if circle is not None:
+        band = np.zeros((gh, gw), np.uint8)
+        cx, cy, r = circle
+        cv2.circle(band, (int(round(cx * 16)), int(round(cy * 16))), int(round(r * 16)), 1,
+                   max(1, int(round(2 * RING_BAND_MM / step_mm))), lineType=cv2.LINE_8, shift=4)
+        ring = np.bincount(labels[band.reshape(-1)[cells] > 0], minlength=R) >= RING_MIN_CELLS
+        # (a sample cell's centre: pixel gx * step + step // 2, whose centre is at + 0.5)
+        to_mm = 25.4 / model.dpi
+        circle_mm = ((cx * step + step // 2 + 0.5) * to_mm, (cy * step + step // 2 + 0.5) * to_mm,
+                     r * step_mm)
+    return Stain(under, _stain_colour(anchor, th), ring, circle_mm)
+
+
+def _fit_ring(pts: np.ndarray, unit_mm: float) -> tuple[float, float, float] | None:
+    """The circle ``(cx, cy, r)`` a ring-shaped stain's samples lie on (``pts``: (N, 2) x, y,
+    in units of ``unit_mm``), or None when they lie on none (see ``RING_MIN_SAMPLES``).
+
+    Why (session 38): a coffee ring fades along its arc; where it runs along an empty Reefs
+    route too faint to be traced from the bare paper (:func:`_trace_stain`) it still reads as
+    a pale orange stroke, at 0.99+ (3800000's coffee copy, seed 44: two such routes at chroma
+    1.6-1.7 times the stain's, and a grey ring's arc read as a crossing-out on a Crypts box).
+    The arcs that were found say where the rest of the ring is: a cup's foot is a circle."""
+    n = pts.shape[0]
+    if n < RING_MIN_SAMPLES:
+        return None
+    tol = RING_TOL_MM / unit_mm
+    rmin, rmax = (v / unit_mm for v in RING_RADIUS_MM)
+    rng = np.random.default_rng(0)
+    tri = pts[rng.integers(0, n, (RING_TRIALS, 3))]  # (a repeated sample: no circle, dropped)
+    a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
+    d = 2.0 * (a[:, 0] * (b[:, 1] - c[:, 1]) + b[:, 0] * (c[:, 1] - a[:, 1])
+               + c[:, 0] * (a[:, 1] - b[:, 1]))
+    sa, sb, sc = (a * a).sum(1), (b * b).sum(1), (c * c).sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ux = (sa * (b[:, 1] - c[:, 1]) + sb * (c[:, 1] - a[:, 1]) + sc * (a[:, 1] - b[:, 1])) / d
+        uy = (sa * (c[:, 0] - b[:, 0]) + sb * (a[:, 0] - c[:, 0]) + sc * (b[:, 0] - a[:, 0])) / d
+        rr = np.hypot(a[:, 0] - ux, a[:, 1] - uy)
+    ok = np.isfinite(rr) & (rr >= rmin) & (rr <= rmax)
+    if not ok.any():
+        return None
+    ux, uy, rr = ux[ok], uy[ok], rr[ok]
+    some = pts[::max(1, -(-n // RING_SCORE_SAMPLES))]  # (the trials scored on at most that many)
+    dist = np.hypot(some[None, :, 0] - ux[:, None], some[None, :, 1] - uy[:, None])
+    best = int(np.argmax((np.abs(dist - rr[:, None]) <= tol).sum(1)))
+    cx, cy, r = float(ux[best]), float(uy[best]), float(rr[best])
+    for _ in range(2):  # refit to the inliers (algebraic least squares)
+        inl = np.abs(np.hypot(pts[:, 0] - cx, pts[:, 1] - cy) - r) <= tol
+        if inl.sum() < 3:
+            return None
+        x, y = pts[inl, 0], pts[inl, 1]
+        sol = np.linalg.lstsq(np.column_stack([x, y, np.ones_like(x)]), x * x + y * y,
+                              rcond=None)[0]
+        cx, cy = sol[0] / 2.0, sol[1] / 2.0
+        r = math.sqrt(max(sol[2] + cx * cx + cy * cy, 0.0))
+    off = np.abs(np.hypot(pts[:, 0] - cx, pts[:, 1] - cy) - r)
+    inl = off <= tol
+    flank = int(((off > tol) & (off <= 3 * tol)).sum())
+    if not (rmin <= r <= rmax) or int(inl.sum()) < max(RING_MIN_SAMPLES, RING_FLANK_RATIO * flank):
+        return None
+    ang = np.sort(np.arctan2(pts[inl, 1] - cy, pts[inl, 0] - cx))
+    gap = float(np.diff(np.append(ang, ang[0] + 2 * math.pi)).max())  # (the widest part bare)
+    if 360.0 - math.degrees(gap) < RING_MIN_ARC_DEG:
+        return None
+    return cx, cy, r
 
 
 def _stain_colour(anchor_lab: np.ndarray, th: Mapping[str, float]) -> tuple[float, float] | None:
@@ -2665,10 +2765,22 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
                   review_threshold: float) -> dict:
     """Flag every confident mark (not "empty") on a region under a stain (:func:`_stains`):
     the colour the readers saw there may be the stain's. A coffee ring crossing an empty
-    route reads as an orange stroke, its arc across a box as a crossing-out. On a sheet with a
-    coloured stain, flag too every confident colour reading of the stain's hue (within
-    ``STAIN_TRACE_HUE_DEG``) that is no more colourful than the stain (chroma at most
+    route reads as an orange stroke, its arc across a box as a crossing-out. On the circle of
+    a ring-shaped stain (:func:`_fit_ring`), flag a confident crossing-out, and a confident
+    colour reading of a coloured stain's hue at most ``RING_PALE_RATIO`` times its chroma. On
+    a sheet with a coloured stain, flag too every confident colour reading of the stain's hue
+    (within ``STAIN_TRACE_HUE_DEG``) that is no more colourful than the stain (chroma at most
     ``STAIN_PALE_RATIO`` times its chroma), wherever it is: a ring's arc the trace did not reach.
+
+    Why the circle (session 38): on 3800000's coffee copy (seed 44) the trace and the pale
+    rule left three confident errors, all on the ring's faint arcs (two empty routes read
+    "orange" at 1.6-1.7 times the stain's chroma, an empty Crypts box read "crossed" under a
+    grey ring, which is not traced). Read again region by region, the spent coffee copies of
+    3200000 (seed 34), 3400000 (40) and 3800000 (44), 820 stained photos: the circle is found
+    on 739 (720 of them the ring the simulator drew, centre within 5 mm, radius within 4 mm),
+    it catches those three and a crossed treasure box of 3400000's copy, and flags 26 right
+    readings (25 on easy or typical photos); on the plain 3200000-3400000 (900 photos) a
+    circle is fitted to 45 stains (a pencil's stray strokes) and flags 3 right readings.
 
     Why the second (session 34): on 3300000's coffee copy (seed 36) a ring's segment along a
     Reefs route read "orange" at 0.992 (chroma 12.7, 3 deg from the stain's hue, the stain's
@@ -2692,7 +2804,8 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
     distance 2 / 2.5 / 3 / 3.5 mm and 3 / 4 / 5 clustered samples, reach 6 / 8 mm; at 3 mm
     and 5, 7 flags on 4 of the 100 plain photos (1 on an easy or typical one; 135 on 20 at
     2 mm and 3, where a messy fill's overshoot counts), none on a wrong reading."""
-    if stain is None or (not stain.under.any() and stain.ab is None):
+    ring = stain.ring if stain is not None else None
+    if stain is None or (not stain.under.any() and stain.ab is None and ring is None):
         return readings
     under = stain.under
     pencil_chroma: dict = {}
@@ -2716,7 +2829,25 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
             out[r.id] = _flagged(rd, review_threshold,
                                  "a stain or stray colour on the paper runs up to the region: "
                                  "its colour may be the stain's")
-        elif stain.ab is not None and rd.mark in PENCIL_COLOURS:
+            continue
+        if ring is not None and ring[i]:
+            ft = rd.features
+            hue, chroma = ft.get("hue_deg"), ft.get("chroma")
+            if rd.mark == "crossed" or (
+                    stain.ab is not None and rd.mark in PENCIL_COLOURS and hue is not None
+                    and chroma is not None and math.isfinite(float(chroma))
+                    and float(chroma) <= RING_PALE_RATIO * chroma0
+                    and abs(float(hue_diff(float(hue), hue0))) <= STAIN_TRACE_HUE_DEG):
+                where = ""
+                if stain.circle_mm is not None:
+                    x, y, rad = stain.circle_mm
+                    where = f", {2 * rad:.0f} mm across, centred at x {x:.0f}, y {y:.0f} mm"
+                out[r.id] = _flagged(rd, review_threshold,
+                                     f"on the circle of a ring-shaped stain (a cup's foot"
+                                     f"{where}) where it is too faint to follow: its mark may "
+                                     f"be the ring's")
+                continue
+        if stain.ab is not None and rd.mark in PENCIL_COLOURS:
             ft = rd.features
             hue, chroma = ft.get("hue_deg"), ft.get("chroma")
             if hue is None or chroma is None or not math.isfinite(float(chroma)):
