@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Make photos the simulator never makes from a corpus with truth, for ``sheetcheck eval``.
 
-    .venv/bin/python scripts/make_variants.py --from CORPUS --out DIR --kind mirrored|coffee
+    .venv/bin/python scripts/make_variants.py --from CORPUS --out DIR --kind mirrored|coffee|pencil
                                               [--seed S] [--every K]
 
 Each photo of ``CORPUS`` (``scripts/make_corpus.py`` output: ``*.jpg`` + ``*.truth.json``) is
@@ -20,6 +20,11 @@ Kinds:
   in the photo's light (multiplied in, as a stain on the paper absorbs). A stain is no pencil
   mark: a region under it is still what the truth says, and the reader must read it so or
   flag it.
+* ``pencil``: one of the game's coloured pencils (110-175 mm long, 6.8-8 mm across) lying on
+  the page over some of its regions, as players put them down before the photo: an opaque
+  lacquered body lit in the photo's light (three faces, a specular stripe), a sharpened wooden
+  cone with a coloured tip, a soft shadow beside it. What lies under it cannot be read: the
+  reader must flag it (session 38).
 
 Every photo's change is drawn from ``--seed`` plus the photo's own seed, so the same arguments
 give the same files. ``--every K`` takes every K-th photo (sorted by name). The corpus used
@@ -40,10 +45,16 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-KINDS = ("mirrored", "coffee")
+KINDS = ("mirrored", "coffee", "pencil")
 #: Coffee's colour on white paper where fully soaked (linear-ish RGB transmittance) and the
 #: rim's extra darkness: a tea-to-espresso range of browns.
 COFFEE_RGB = ((0.78, 0.58, 0.38), (0.62, 0.42, 0.26))
+#: A coloured pencil's lacquered body (reflectance, linear RGB), by the game's pencil names, and
+#: the bare wood of its sharpened cone.
+PENCIL_BODY_RGB = {"orange": (0.85, 0.25, 0.03), "red": (0.60, 0.04, 0.04),
+                   "blue": (0.03, 0.10, 0.45), "green": (0.04, 0.30, 0.07),
+                   "purple": (0.20, 0.05, 0.35)}
+PENCIL_WOOD_RGB = (0.75, 0.55, 0.35)
 
 
 def _flip_points(pts, w: int):
@@ -136,6 +147,88 @@ def coffee(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
     return out, tr
 
 
+def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """A coloured pencil lying on the page (an object above it, in the photo's light): a
+    lacquered hexagonal body in one of the game's pencil colours, its three visible faces lit
+    differently, a sharpened wooden cone with a coloured tip, and a soft shadow cast beside it
+    on the paper. Only the pixels around it are worked on."""
+    import cv2
+
+    from calibration.template import get_template
+
+    H = np.asarray(truth["homography"], float)
+    h, w = rgb.shape[:2]
+    t = get_template(truth["template"])
+    regions = list(t.readable_regions())
+    through = np.asarray(regions[int(rng.integers(len(regions)))].shape.centre(), float)
+    ang = float(rng.uniform(0, np.pi))
+    d = np.array([np.cos(ang), np.sin(ang)])
+    n = np.array([-d[1], d[0]])
+    length = float(rng.uniform(110.0, 175.0))  # (a pencil half used to a new one)
+    width = float(rng.uniform(6.8, 8.0))
+    cone = float(rng.uniform(14.0, 22.0))
+    # where along the pencil the chosen region lies: anywhere on its body
+    off = float(rng.uniform(0.15, 0.85)) * length
+    a = through - off * d  # the blunt end; the tip at a + length * d
+    name = list(PENCIL_BODY_RGB)[int(rng.integers(len(PENCIL_BODY_RGB)))]
+    body = np.array(PENCIL_BODY_RGB[name], np.float32)
+    wood = np.array(PENCIL_WOOD_RGB, np.float32)
+    sh_dir = float(rng.choice([-1.0, 1.0]))
+    sh_off = float(rng.uniform(1.5, 4.0))
+    strength = float(rng.uniform(0.25, 0.5))
+    blur = 1.0 + 0.004 * max(h, w)  # (the shadow's softness, photo px)
+    # the photo pixels it can touch: its outline and its shadow's, in the photo, and a margin
+    reach = width / 2 + sh_off + 2.0
+    corners = np.array([a + s_ * d + q_ * n for s_ in (-3.0, length + 3.0) for q_ in (-reach, reach)])
+    ph = np.c_[corners, np.ones(4)] @ H.T
+    ph = ph[:, :2] / ph[:, 2:3]
+    m = int(3 * blur) + 4
+    x0, y0 = (max(0, int(np.floor(c)) - m) for c in ph.min(axis=0))
+    x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
+    out = rgb.copy()
+    if x1 > x0 and y1 > y0:
+        Hi = np.linalg.inv(H)
+        ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+        dd = Hi[2, 0] * xs + Hi[2, 1] * ys + Hi[2, 2]
+        u = (Hi[0, 0] * xs + Hi[0, 1] * ys + Hi[0, 2]) / dd
+        v = (Hi[1, 0] * xs + Hi[1, 1] * ys + Hi[1, 2]) / dd
+        du, dv = u - a[0], v - a[1]
+        s = du * d[0] + dv * d[1]  # along, mm from the blunt end
+        q = du * n[0] + dv * n[1]  # across, mm from the axis
+        half = np.where(s <= length - cone, width / 2,
+                        np.clip((length - s) / cone, 0, 1) * width / 2)
+        inside = (s >= 0) & (s <= length) & (np.abs(q) <= half)
+        # the hexagon's faces seen from above: the middle face lit, the two side faces
+        # darker, a specular stripe along the middle (lacquer)
+        side = np.abs(q) / np.maximum(half, 1e-6)
+        light = np.where(side < 0.5, 1.0, 0.62) + \
+            0.35 * np.exp(-((q + 0.15 * width) / (0.06 * width)) ** 2)
+        refl = np.where((s > length - cone)[..., None], wood[None, None, :], body[None, None, :])
+        refl = np.where((s > length - 0.3 * cone)[..., None], body[None, None, :] * 0.8, refl)
+        colour = np.clip(refl * light[..., None], 0, 1.2).astype(np.float32)
+        # the paper's light (the photo blurred wide, at an eighth of its size), which lights
+        # the pencil too
+        small = cv2.resize(rgb, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
+        small = cv2.GaussianBlur(small.astype(np.float32), (0, 0), max(h, w) / 480.0)
+        small = cv2.dilate(small, np.ones((3, 3), np.uint8))
+        paper = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[y0:y1, x0:x1]
+        shadow = (s >= -2) & (s <= length + 2) & (np.abs(q - sh_dir * sh_off) <= half + 1.0)
+        sh = cv2.GaussianBlur(shadow.astype(np.float32), (0, 0), blur)
+        crop = rgb[y0:y1, x0:x1].astype(np.float32) * (1.0 - strength * sh)[..., None]
+        alpha = cv2.GaussianBlur(inside.astype(np.float32), (0, 0), 0.8)[..., None]
+        crop = crop * (1 - alpha) + (paper * colour) * alpha
+        out[y0:y1, x0:x1] = np.clip(crop, 0, 255).round().astype(np.uint8)
+    tr = dict(truth)
+    tr["variant"] = {"kind": "pencil", "colour": name,
+                     "blunt_end_mm": [round(float(a[0]), 2), round(float(a[1]), 2)],
+                     "angle_deg": round(float(np.degrees(ang)), 2),
+                     "length_mm": round(length, 2), "width_mm": round(width, 2),
+                     "cone_mm": round(cone, 2), "shadow": {"offset_mm": round(sh_off, 2),
+                                                           "side": sh_dir,
+                                                           "strength": round(strength, 3)}}
+    return out, tr
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--from", dest="src", required=True, help="corpus folder (photos + truth)")
@@ -150,7 +243,7 @@ def main(argv=None) -> int:
         print(f"make_variants: no photos (*.jpg) in {src}.", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    change = {"mirrored": mirrored, "coffee": coffee}[args.kind]
+    change = {"mirrored": mirrored, "coffee": coffee, "pencil": pencil}[args.kind]
     for p in photos:
         truth_p = p.with_name(p.name[:-4] + ".truth.json")
         if not truth_p.exists():

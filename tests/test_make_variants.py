@@ -97,6 +97,45 @@ def test_coffee_stains_darken_the_page_only_where_the_stain_is(corpus, tmp_path)
         assert (again / p.name).read_bytes() == p.read_bytes()
 
 
+def test_a_pencil_lies_on_the_page_along_its_recorded_line(corpus, tmp_path):
+    """``--kind pencil``: a coloured pencil's body (and its shadow) changes the photo only on a
+    band along the line its truth records; the body's lit face is of the recorded pencil's
+    colour; the sheet's marks stay the truth's; the same arguments give the same files."""
+    mv = _script("make_variants")
+    out = tmp_path / "pencil"
+    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", "pencil", "--seed", "5"]) == 0
+    for p in sorted(corpus.glob("*.jpg")):
+        a, b = _rgb(p), _rgb(out / p.name)
+        t1 = _truth(out / p.name)
+        assert t1["marks"] == _truth(p)["marks"]
+        var = t1["variant"]
+        assert var["kind"] == "pencil" and var["colour"] in mv.PENCIL_BODY_RGB
+        assert 110 <= var["length_mm"] <= 175 and 6.8 <= var["width_mm"] <= 8.0
+        changed = np.abs(b - a).sum(axis=2) > 40
+        assert changed.mean() > 0.002
+        H = np.asarray(t1["homography"])
+        ys, xs = np.nonzero(changed)
+        mm = project(np.linalg.inv(H), np.stack([xs, ys], 1).astype(float))
+        ang = np.radians(var["angle_deg"])
+        d, nrm = np.array([np.cos(ang), np.sin(ang)]), np.array([-np.sin(ang), np.cos(ang)])
+        rel = mm - np.asarray(var["blunt_end_mm"])
+        along, across = rel @ d, rel @ nrm
+        reach = var["width_mm"] / 2 + var["shadow"]["offset_mm"] + 3.0
+        near = (np.abs(across) <= reach) & (along >= -4) & (along <= var["length_mm"] + 4)
+        assert near.mean() > 0.97
+        # the lit face on the body (away from the cone): the pencil's colour, as the photo's
+        # light shows it (its strongest channel the body's)
+        body = (np.abs(across) < 0.2 * var["width_mm"]) & (along > 5) & \
+            (along < var["length_mm"] - var["cone_mm"] - 5)
+        if body.sum() > 20:
+            rgb = b[ys[body], xs[body]].mean(axis=0)
+            assert int(np.argmax(rgb)) == int(np.argmax(mv.PENCIL_BODY_RGB[var["colour"]]))
+    again = tmp_path / "again"
+    assert mv.main(["--from", str(corpus), "--out", str(again), "--kind", "pencil", "--seed", "5"]) == 0
+    for p in sorted(out.glob("*")):
+        assert (again / p.name).read_bytes() == p.read_bytes()
+
+
 def test_an_empty_folder_is_refused_with_a_message(tmp_path, capsys):
     mv = _script("make_variants")
     assert mv.main(["--from", str(tmp_path), "--out", str(tmp_path / "o"), "--kind", "coffee"]) == 2
