@@ -324,3 +324,80 @@ def test_a_ring_too_faint_to_follow_is_found_by_its_circle(tmp_path, monkeypatch
     monkeypatch.setattr(M, "_fit_ring", lambda *a, **k: None)
     again = read_photo(data)
     assert rid in _confident_errors(again, truth) and again.readings[rid].mark == mark
+
+
+def test_a_straight_band_of_colour_is_fitted_and_a_drawn_line_or_scatter_is_not():
+    """``_fit_band`` (sample units of 0.75 mm): a pencil's body 7.5 mm across crossing the bare
+    paper in three stretches is found, along its axis; a drawn line 1 mm wide, clusters far
+    apart that happen to line up, a short patch and too few samples give none."""
+    rng = np.random.default_rng(7)
+    u = 0.75
+    d = np.array([np.cos(0.4), np.sin(0.4)])
+    n = np.array([-d[1], d[0]])
+    c0 = np.array([100.0, 80.0])
+
+    def band(t0, t1, width_mm, count):
+        t = rng.uniform(t0, t1, count) / u
+        q = rng.uniform(-width_mm / 2, width_mm / 2, count) / u
+        return c0 + t[:, None] * d + q[:, None] * n
+    body = np.vstack([band(-60, -30, 7.5, 250), band(-10, 15, 7.5, 220), band(40, 70, 7.5, 260)])
+    got = M._fit_band(body, u)
+    assert got is not None
+    (cx, cy), (ux, uy), lo, hi, width = got
+    assert abs(abs(ux * d[0] + uy * d[1]) - 1) < 1e-3  # along the body
+    assert abs((np.array([cx, cy]) - c0) @ n) < 1.0 / u
+    assert (hi - lo) * u > 120 and 5.0 < width * u < 7.5
+    assert M._fit_band(band(-60, 70, 1.0, 700), u) is None  # a line drawn, not a body
+    spots = np.vstack([band(t, t + 2, 4.0, 12) for t in (-80, -20, 40, 100)])
+    assert M._fit_band(spots, u) is None  # 48 samples over 180 mm
+    assert M._fit_band(band(0, 20, 7.5, 300), u) is None  # 20 mm: under BAND_MIN_SPAN_MM
+    assert M._fit_band(body[:20], u) is None
+    assert M._fit_band(body, u) == got  # (a fixed seed)
+
+
+def test_every_confident_mark_under_the_band_is_flagged():
+    rd = M.RegionReading
+
+    def reading(rid, mark, review=False):
+        return rd(rid, "box", mark, 0.999, review, ((mark, 0.999),),
+                  {"hue_deg": 200.0, "chroma": 40.0}, "low" if review else "")
+    readings = {"red": reading("red", "red"), "crossed": reading("crossed", "crossed"),
+                "empty": reading("empty", "empty"), "flagged": reading("flagged", "blue", True),
+                "beside": reading("beside", "orange")}
+
+    class R:
+        def __init__(self, i):
+            self.id = i
+    regions = [R(i) for i in readings]
+    band = np.array([True, True, True, True, False])
+    out = M._check_stains(readings, regions,
+                          M.Stain(np.zeros(5, bool), (-20.0, -30.0), band=band), 0.97)
+    for rid in ("red", "crossed"):
+        assert out[rid].review and "straight band of colour" in out[rid].reason, rid
+        assert out[rid].mark == readings[rid].mark and out[rid].confidence < 0.97
+    for rid in ("empty", "flagged", "beside"):
+        assert out[rid] is readings[rid], rid
+
+
+def test_a_pencil_lying_on_the_sheet_flags_what_it_covers(tmp_path, monkeypatch):
+    """Photo 166 of the spent corpus 4000000 (reefs-2, easy, no markers) with the pencil
+    ``make_variants.py --kind pencil --seed 48`` lays on it: a red pencil's body across the
+    treasure table read the grey-printed box purple.5 (empty) "red" at 0.999, where the stain's
+    trace cannot enter (print). The body's straight band on the bare paper flags it."""
+    photo, truth = corpus_photo(tmp_path, 4000000, 300, 4000166,
+                                expect=("reefs-2", "easy", False))
+    mv = _script("make_variants")
+    rng = np.random.default_rng([48, 4000166, mv.KINDS.index("pencil")])
+    img, _ = mv.pencil(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=92)
+    data = buf.getvalue()
+    rid = "treasurebox.purple.5"
+    assert truth["marks"][rid] == "empty"
+    reading = read_photo(data)
+    assert _confident_errors(reading, truth) == []
+    r = reading.readings[rid]
+    assert r.review and "straight band of colour" in r.reason and r.mark == "red"
+    monkeypatch.setattr(M, "_fit_band", lambda *a, **k: None)
+    again = read_photo(data)
+    assert rid in _confident_errors(again, truth) and again.readings[rid].mark == "red"

@@ -2516,6 +2516,26 @@ RING_TRIALS = 300
 RING_SCORE_SAMPLES = 300
 RING_BAND_MM = 2.25
 RING_MIN_CELLS = 3
+#: :func:`_fit_band`: a coloured stain is an object lying on the sheet (a pencil, a pen) when
+#: its samples on the bare paper make a straight band: at least BAND_MIN_SAMPLES of them within
+#: BAND_HALF_MM of a line, BAND_FLANK_RATIO times as many as in the bands beside that (out to
+#: 3 x BAND_HALF_MM), spread over at least BAND_MIN_SPAN_MM along it, BAND_MIN_DENSITY of them a
+#: millimetre along it (a pencil's body is 7-8 mm across: ~10 a millimetre where it crosses bare
+#: paper; stray colour in clusters far apart that happen to line up, under 1), and at least
+#: BAND_MIN_WIDTH_MM across (its 10th to 90th percentile: a body, not a drawn line). The line
+#: is found by RING_TRIALS seeded pairs of samples and refitted to its inliers (their principal
+#: axis). Its extent along the line is that of its samples, and of the stain's trace within
+#: BAND_HALF_MM of it (the body over the regions), lengthened by BAND_EXTEND_MM at both ends
+#: (a pencil's sharpened cone is bare wood, of another colour); a region with RING_MIN_CELLS
+#: sample cells within half its width and BAND_PAD_MM of the line is under it.
+BAND_HALF_MM = 5.0
+BAND_MIN_SAMPLES = 30
+BAND_FLANK_RATIO = 1.5
+BAND_MIN_SPAN_MM = 30.0
+BAND_MIN_DENSITY = 1.5
+BAND_MIN_WIDTH_MM = 3.0
+BAND_EXTEND_MM = 10.0
+BAND_PAD_MM = 1.0
 #: :func:`_check_stains`: a confident colour reading on the ring, of the stain's hue, is flagged
 #: when its chroma is at most RING_PALE_RATIO times the stain's (a pencil is 2-7 times a coffee
 #: stain's chroma, its median 4); a confident crossing-out on it always.
@@ -2535,6 +2555,9 @@ class Stain(NamedTuple):
     None when the stain is no ring."""
     circle_mm: tuple[float, float, float] | None = None
     """That circle's centre x, y and radius on the sheet (mm, the template's frame)."""
+    band: np.ndarray | None = None
+    """(R,) bool: regions under a straight band of the stain's colour, an object lying on the
+    sheet (:func:`_fit_band`); None when the stain is no such band."""
 
 
 def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
@@ -2640,7 +2663,90 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
         to_mm = 25.4 / model.dpi
         circle_mm = ((cx * step + step // 2 + 0.5) * to_mm, (cy * step + step // 2 + 0.5) * to_mm,
                      r * step_mm)
-    return Stain(under, _stain_colour(anchor, th), ring, circle_mm)
+    ab = _stain_colour(anchor, th)
+    band = None
+    if ab is not None:  # (a grey "stain" in a line is most often print a little off its place)
+        band = _band_regions(flat_stain, traced, (gh, gw), cells, labels, R, step_mm)
+    return Stain(under, ab, ring, circle_mm, band)
+
+
+def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape, cells, labels,
+                  R: int, unit_mm: float) -> np.ndarray | None:
+    """(R,) bool: the regions under a straight band the stain's bare-paper samples make
+    (:func:`_fit_band`; ``flat_stain``, ``traced``: flat grid cells; ``cells``, ``labels``: the
+    regions' cells, :func:`_stain_geometry`), or None when they make none."""
+    gh, gw = grid_shape
+    gy, gx = np.divmod(np.flatnonzero(flat_stain), gw)
+    line = _fit_band(np.column_stack([gx, gy]).astype(np.float64), unit_mm)
+    if line is None:
+        return None
+    (cx, cy), (ux, uy), lo, hi, width = line
+    half = BAND_HALF_MM / unit_mm
+    if traced is not None and traced.any():
+        ty, tx = np.divmod(np.flatnonzero(traced), gw)
+        o = (tx - cx) * -uy + (ty - cy) * ux
+        along = ((tx - cx) * ux + (ty - cy) * uy)[np.abs(o) <= half]
+        if along.size:
+            lo, hi = min(lo, float(along.min())), max(hi, float(along.max()))
+    ext = BAND_EXTEND_MM / unit_mm
+    ry, rx = np.divmod(cells, gw)
+    o = (rx - cx) * -uy + (ry - cy) * ux
+    along = (rx - cx) * ux + (ry - cy) * uy
+    inside = (np.abs(o) <= width / 2 + BAND_PAD_MM / unit_mm) & (along >= lo - ext) & \
+        (along <= hi + ext)
+    return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
+
+
+def _fit_band(pts: np.ndarray, unit_mm: float):
+    """``((cx, cy), (ux, uy), lo, hi, width)``: the straight band a stain's samples make
+    (``pts``: (N, 2) x, y in units of ``unit_mm``): a point on its axis, the axis's direction,
+    the samples' extent along it from that point, and the band's width (its samples' 10th to
+    90th percentile across it); or None (see ``BAND_MIN_SAMPLES``).
+
+    Why (session 38): a pencil lying on the sheet when the photo is taken hides what is under
+    it and shows its own colour there. ``scripts/make_variants.py --kind pencil`` on the spent
+    4000000 (seed 48): three confident errors, empty Reefs treasure boxes read as the pencil's
+    colour (its body over a grey-printed box, which the stain's trace cannot enter; its wooden
+    cone, not of the body's colour). The body is a straight band of one colour across the
+    bare paper: the line it makes says which regions it covers."""
+    n = pts.shape[0]
+    if n < BAND_MIN_SAMPLES:
+        return None
+    half = BAND_HALF_MM / unit_mm
+    rng = np.random.default_rng(0)
+    ij = rng.integers(0, n, (RING_TRIALS, 2))
+    a, dv = pts[ij[:, 0]], pts[ij[:, 1]] - pts[ij[:, 0]]
+    ln = np.hypot(dv[:, 0], dv[:, 1])
+    ok = ln > 2 * half  # (pairs too close give no direction)
+    if not ok.any():
+        return None
+    a, u = a[ok], dv[ok] / ln[ok, None]
+    some = pts[::max(1, -(-n // RING_SCORE_SAMPLES))]
+    off = (some[None, :, 0] - a[:, None, 0]) * -u[:, None, 1] + \
+        (some[None, :, 1] - a[:, None, 1]) * u[:, None, 0]
+    best = int(np.argmax((np.abs(off) <= half).sum(1)))
+    c, d = a[best], u[best]
+    for _ in range(2):  # refit to the inliers: their mean and principal axis
+        o = (pts - c) @ np.array([-d[1], d[0]])
+        inl = np.abs(o) <= half
+        if inl.sum() < 3:
+            return None
+        q = pts[inl]
+        c = q.mean(axis=0)
+        d = np.linalg.eigh(np.cov((q - c).T))[1][:, 1]
+    o = (pts - c) @ np.array([-d[1], d[0]])
+    along = (pts - c) @ d
+    inl = np.abs(o) <= half
+    flank = int(((np.abs(o) > half) & (np.abs(o) <= 3 * half)).sum())
+    k = int(inl.sum())
+    if k < max(BAND_MIN_SAMPLES, BAND_FLANK_RATIO * flank):
+        return None
+    lo, hi = float(along[inl].min()), float(along[inl].max())
+    width = float(np.percentile(o[inl], 90) - np.percentile(o[inl], 10))
+    if (hi - lo) * unit_mm < BAND_MIN_SPAN_MM or width * unit_mm < BAND_MIN_WIDTH_MM \
+            or k < BAND_MIN_DENSITY * (hi - lo) * unit_mm:
+        return None
+    return (float(c[0]), float(c[1])), (float(d[0]), float(d[1])), lo, hi, width
 
 
 def _fit_ring(pts: np.ndarray, unit_mm: float) -> tuple[float, float, float] | None:
@@ -2805,7 +2911,8 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
     and 5, 7 flags on 4 of the 100 plain photos (1 on an easy or typical one; 135 on 20 at
     2 mm and 3, where a messy fill's overshoot counts), none on a wrong reading."""
     ring = stain.ring if stain is not None else None
-    if stain is None or (not stain.under.any() and stain.ab is None and ring is None):
+    if stain is None or (not stain.under.any() and stain.ab is None and ring is None
+                         and stain.band is None):
         return readings
     under = stain.under
     pencil_chroma: dict = {}
@@ -2829,6 +2936,11 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
             out[r.id] = _flagged(rd, review_threshold,
                                  "a stain or stray colour on the paper runs up to the region: "
                                  "its colour may be the stain's")
+            continue
+        if stain.band is not None and stain.band[i]:
+            out[r.id] = _flagged(rd, review_threshold,
+                                 "under a straight band of colour across the sheet (a pencil "
+                                 "lying on it?): what is under it cannot be seen")
             continue
         if ring is not None and ring[i]:
             ft = rd.features
