@@ -64,14 +64,28 @@ def test_mirrored_flips_the_photo_and_its_truth_geometry(corpus, tmp_path):
         assert np.abs(project(H, _page_corners(t)) - c1).max() < 0.02 * w
 
 
-def test_coffee_stains_darken_the_page_only_where_the_stain_is(corpus, tmp_path):
+def _made(corpus: Path, out: Path, kind: str, seed: int):
+    """Run ``make_variants.py --kind kind --seed seed`` on the corpus into ``out``: each photo's
+    (original pixels, changed pixels, changed truth), its marks checked to be the sheet's."""
     mv = _script("make_variants")
-    out = tmp_path / "coffee"
-    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", "coffee", "--seed", "3"]) == 0
+    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", kind,
+                    "--seed", str(seed)]) == 0
     for p in sorted(corpus.glob("*.jpg")):
-        a, b = _rgb(p), _rgb(out / p.name)
         t1 = _truth(out / p.name)
         assert t1["marks"] == _truth(p)["marks"]
+        yield _rgb(p), _rgb(out / p.name), t1
+
+
+def _made_again_the_same(corpus: Path, out: Path, kind: str, seed: int) -> None:
+    again = out.with_name(out.name + "-again")
+    list(_made(corpus, again, kind, seed))
+    for p in sorted(out.glob("*")):
+        assert (again / p.name).read_bytes() == p.read_bytes()
+
+
+def test_coffee_stains_darken_the_page_only_where_the_stain_is(corpus, tmp_path):
+    out = tmp_path / "coffee"
+    for a, b, t1 in _made(corpus, out, "coffee", 3):
         ring = t1["variant"]["ring"]
         assert t1["variant"]["kind"] == "coffee" and 35 <= ring["radius_mm"] <= 45
         # stained pixels are darker, mostly in blue (coffee absorbs blue most); none lighter
@@ -90,11 +104,7 @@ def test_coffee_stains_darken_the_page_only_where_the_stain_is(corpus, tmp_path)
             assert on_ring.mean() > 0.95
         else:
             assert on_ring.mean() > 0.3
-    # the same arguments give the same files
-    again = tmp_path / "again"
-    assert mv.main(["--from", str(corpus), "--out", str(again), "--kind", "coffee", "--seed", "3"]) == 0
-    for p in sorted(out.glob("*")):
-        assert (again / p.name).read_bytes() == p.read_bytes()
+    _made_again_the_same(corpus, out, "coffee", 3)
 
 
 def test_a_pencil_lies_on_the_page_along_its_recorded_line(corpus, tmp_path):
@@ -103,11 +113,7 @@ def test_a_pencil_lies_on_the_page_along_its_recorded_line(corpus, tmp_path):
     colour; the sheet's marks stay the truth's; the same arguments give the same files."""
     mv = _script("make_variants")
     out = tmp_path / "pencil"
-    assert mv.main(["--from", str(corpus), "--out", str(out), "--kind", "pencil", "--seed", "5"]) == 0
-    for p in sorted(corpus.glob("*.jpg")):
-        a, b = _rgb(p), _rgb(out / p.name)
-        t1 = _truth(out / p.name)
-        assert t1["marks"] == _truth(p)["marks"]
+    for a, b, t1 in _made(corpus, out, "pencil", 5):
         var = t1["variant"]
         assert var["kind"] == "pencil" and var["colour"] in mv.PENCIL_BODY_RGB
         assert 110 <= var["length_mm"] <= 175 and 6.8 <= var["width_mm"] <= 8.0
@@ -130,10 +136,7 @@ def test_a_pencil_lies_on_the_page_along_its_recorded_line(corpus, tmp_path):
         if body.sum() > 20:
             rgb = b[ys[body], xs[body]].mean(axis=0)
             assert int(np.argmax(rgb)) == int(np.argmax(mv.PENCIL_BODY_RGB[var["colour"]]))
-    again = tmp_path / "again"
-    assert mv.main(["--from", str(corpus), "--out", str(again), "--kind", "pencil", "--seed", "5"]) == 0
-    for p in sorted(out.glob("*")):
-        assert (again / p.name).read_bytes() == p.read_bytes()
+    _made_again_the_same(corpus, out, "pencil", 5)
 
 
 def test_an_empty_folder_is_refused_with_a_message(tmp_path, capsys):
