@@ -53,7 +53,7 @@ SPENT_SEED_RANGES = ((100000, 100299), (200000, 200299), (300000, 300299), (4000
                      (3100000, 3100299), (3200000, 3200299), (3300000, 3300299),
                      (3400000, 3400299), (3500000, 3500299), (3600000, 3600299),
                      (3700000, 3700299), (3800000, 3800299),
-                     (3900000, 3900299), (4000000, 4000299),
+                     (3900000, 3900299), (4000000, 4000299), (4100000, 4100299),
                      # the held-out painter's measurement corpora (train_reader never lets
                      # their rows calibrate: painter "heldout"), and the corpora crossed out
                      # at rate 0.3 that tested reader-v14 (session 24)
