@@ -2654,11 +2654,11 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
     circle = _fit_ring(np.column_stack([gx, gy]).astype(np.float64), step_mm)
     ring = circle_mm = None
     if circle is not None:
-        band = np.zeros((gh, gw), np.uint8)
+        on_circle = np.zeros((gh, gw), np.uint8)
         cx, cy, r = circle
-        cv2.circle(band, (int(round(cx * 16)), int(round(cy * 16))), int(round(r * 16)), 1,
+        cv2.circle(on_circle, (int(round(cx * 16)), int(round(cy * 16))), int(round(r * 16)), 1,
                    max(1, int(round(2 * RING_BAND_MM / step_mm))), lineType=cv2.LINE_8, shift=4)
-        ring = np.bincount(labels[band.reshape(-1)[cells] > 0], minlength=R) >= RING_MIN_CELLS
+        ring = np.bincount(labels[on_circle.reshape(-1)[cells] > 0], minlength=R) >= RING_MIN_CELLS
         # (a sample cell's centre: pixel gx * step + step // 2, whose centre is at + 0.5)
         to_mm = 25.4 / model.dpi
         circle_mm = ((cx * step + step // 2 + 0.5) * to_mm, (cy * step + step // 2 + 0.5) * to_mm,
