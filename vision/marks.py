@@ -2927,6 +2927,17 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
                 by_mark.setdefault(rd.mark, []).append(float(c))
         pencil_chroma = {m: float(np.median(v)) for m, v in by_mark.items()
                          if len(v) >= STAIN_PALE_MIN_READINGS}
+
+    def as_pale(rd, ratio: float) -> bool:
+        # a colour reading of the coloured stain's hue with at most ratio times its chroma
+        if stain.ab is None or rd.mark not in PENCIL_COLOURS:
+            return False
+        hue, chroma = rd.features.get("hue_deg"), rd.features.get("chroma")
+        if hue is None or chroma is None or not math.isfinite(float(chroma)):
+            return False
+        return (float(chroma) <= ratio * chroma0
+                and abs(float(hue_diff(float(hue), hue0))) <= STAIN_TRACE_HUE_DEG)
+
     out = dict(readings)
     for i, r in enumerate(regions):
         rd = readings[r.id]
@@ -2943,13 +2954,7 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
                                  "lying on it?): what is under it cannot be seen")
             continue
         if ring is not None and ring[i]:
-            ft = rd.features
-            hue, chroma = ft.get("hue_deg"), ft.get("chroma")
-            if rd.mark == "crossed" or (
-                    stain.ab is not None and rd.mark in PENCIL_COLOURS and hue is not None
-                    and chroma is not None and math.isfinite(float(chroma))
-                    and float(chroma) <= RING_PALE_RATIO * chroma0
-                    and abs(float(hue_diff(float(hue), hue0))) <= STAIN_TRACE_HUE_DEG):
+            if rd.mark == "crossed" or as_pale(rd, RING_PALE_RATIO):
                 where = ""
                 if stain.circle_mm is not None:
                     x, y, rad = stain.circle_mm
@@ -2959,18 +2964,13 @@ def _check_stains(readings: dict, regions, stain: Stain | None,
                                      f"{where}) where it is too faint to follow: its mark may "
                                      f"be the ring's")
                 continue
-        if stain.ab is not None and rd.mark in PENCIL_COLOURS:
-            ft = rd.features
-            hue, chroma = ft.get("hue_deg"), ft.get("chroma")
-            if hue is None or chroma is None or not math.isfinite(float(chroma)):
-                continue
-            if (float(chroma) <= STAIN_PALE_RATIO * chroma0
-                    and abs(float(hue_diff(float(hue), hue0))) <= STAIN_TRACE_HUE_DEG
-                    and chroma0 <= STAIN_PALE_OF_PENCIL * pencil_chroma.get(rd.mark, math.inf)):
-                out[r.id] = _flagged(
-                    rd, review_threshold,
-                    f"as pale as a stain on the paper and of its hue (chroma {float(chroma):.0f}, "
-                    f"the stain's {chroma0:.0f}): its colour may be the stain's")
+        if as_pale(rd, STAIN_PALE_RATIO) \
+                and chroma0 <= STAIN_PALE_OF_PENCIL * pencil_chroma.get(rd.mark, math.inf):
+            out[r.id] = _flagged(
+                rd, review_threshold,
+                f"as pale as a stain on the paper and of its hue (chroma "
+                f"{float(rd.features['chroma']):.0f}, the stain's {chroma0:.0f}): its colour may "
+                f"be the stain's")
     return out
 
 
