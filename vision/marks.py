@@ -2576,6 +2576,11 @@ def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
             cv2.distanceTransform(1 - printed, cv2.DIST_L2, 5))
 
 
+def _stain_step(model: SheetModel) -> int:
+    """The stain search's sample spacing on the model's frame, px (``STAIN_STEP_MM``)."""
+    return max(1, int(round(STAIN_STEP_MM * model.dpi / 25.4)))
+
+
 def _stain_geometry(model: SheetModel):
     """``(idx, grid_shape, grid_pos, region_cells, region_label)``: the flat indices of the
     bare-paper samples (see ``STAIN_STEP_MM``), the sample grid's shape and each sample's
@@ -2584,7 +2589,7 @@ def _stain_geometry(model: SheetModel):
     H, W = model.shape
     k = model.dpi / 25.4
     d_region, d_print = per_model(model, "clearances", _clearances)
-    step = max(1, int(round(STAIN_STEP_MM * k)))
+    step = _stain_step(model)
     gh, gw = (H + step - 1) // step, (W + step - 1) // step
     cells, labels = [], []
     for i, rid in enumerate(model.region_ids):
@@ -2648,7 +2653,7 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
     on = flat_stain if traced is None else (flat_stain | traced)
     if traced is not None:
         under |= np.bincount(labels[traced[cells]], minlength=R) >= STAIN_TRACE_MIN_CELLS
-    step = max(1, int(round(STAIN_STEP_MM * model.dpi / 25.4)))  # (px: _stain_geometry's)
+    step = _stain_step(model)
     step_mm = step * 25.4 / model.dpi
     gy, gx = np.divmod(np.flatnonzero(on), gw)
     circle = _fit_ring(np.column_stack([gx, gy]).astype(np.float64), step_mm)
