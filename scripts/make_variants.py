@@ -82,11 +82,16 @@ def mirrored(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np
     return np.ascontiguousarray(rgb[:, ::-1]), t
 
 
-def _template_coords(H: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
-    """Template mm of every photo pixel (the truth's homography inverted)."""
+def _template_coords(H: np.ndarray, shape, box=None) -> tuple[np.ndarray, np.ndarray]:
+    """Template mm of every photo pixel (the truth's homography inverted), or of the pixels of
+    ``box`` = (x0, y0, x1, y1) only (float64 there)."""
     h, w = shape[:2]
     Hi = np.linalg.inv(H)
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    if box is None:
+        ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    else:
+        x0, y0, x1, y1 = box
+        ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
     d = Hi[2, 0] * xs + Hi[2, 1] * ys + Hi[2, 2]
     u = (Hi[0, 0] * xs + Hi[0, 1] * ys + Hi[0, 2]) / d
     v = (Hi[1, 0] * xs + Hi[1, 1] * ys + Hi[1, 2]) / d
@@ -187,11 +192,7 @@ def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
     x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
     out = rgb.copy()
     if x1 > x0 and y1 > y0:
-        Hi = np.linalg.inv(H)
-        ys, xs = np.mgrid[y0:y1, x0:x1].astype(np.float64)
-        dd = Hi[2, 0] * xs + Hi[2, 1] * ys + Hi[2, 2]
-        u = (Hi[0, 0] * xs + Hi[0, 1] * ys + Hi[0, 2]) / dd
-        v = (Hi[1, 0] * xs + Hi[1, 1] * ys + Hi[1, 2]) / dd
+        u, v = _template_coords(H, rgb.shape, (x0, y0, x1, y1))
         du, dv = u - a[0], v - a[1]
         s = du * d[0] + dv * d[1]  # along, mm from the blunt end
         q = du * n[0] + dv * n[1]  # across, mm from the axis
