@@ -46,14 +46,15 @@ def corpus_photo(out: Path, corpus_seed: int, count: int, seed: int,
 
 
 def _stained_photo(out: Path, corpus_seed: int, count: int, seed: int, variant_seed: int,
-                   expect: tuple | None = None):
+                   expect: tuple | None = None, kind: str = "coffee"):
     """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, plain
-    and with the coffee ring ``make_variants.py --kind coffee --seed variant_seed`` gives it:
-    (clean bytes, stained bytes, truth). ``expect``: its (template, preset, markers)."""
+    and with what ``make_variants.py --kind kind --seed variant_seed`` gives it (a coffee
+    ring, a pencil lying on it): (clean bytes, changed bytes, truth). ``expect``: its
+    (template, preset, markers)."""
     photo, truth = corpus_photo(out, corpus_seed, count, seed, expect)
     mv = _script("make_variants")
-    rng = np.random.default_rng([variant_seed, seed, mv.KINDS.index("coffee")])
-    img, _ = mv.coffee(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
+    rng = np.random.default_rng([variant_seed, seed, mv.KINDS.index(kind)])
+    img, _ = getattr(mv, kind)(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, "JPEG", quality=92)
     return photo.read_bytes(), buf.getvalue(), truth
@@ -384,14 +385,8 @@ def test_a_pencil_lying_on_the_sheet_flags_what_it_covers(tmp_path, monkeypatch)
     ``make_variants.py --kind pencil --seed 48`` lays on it: a red pencil's body across the
     treasure table read the grey-printed box purple.5 (empty) "red" at 0.999, where the stain's
     trace cannot enter (print). The body's straight band on the bare paper flags it."""
-    photo, truth = corpus_photo(tmp_path, 4000000, 300, 4000166,
-                                expect=("reefs-2", "easy", False))
-    mv = _script("make_variants")
-    rng = np.random.default_rng([48, 4000166, mv.KINDS.index("pencil")])
-    img, _ = mv.pencil(np.asarray(Image.open(photo).convert("RGB")), truth, rng)
-    buf = io.BytesIO()
-    Image.fromarray(img).save(buf, "JPEG", quality=92)
-    data = buf.getvalue()
+    _, data, truth = _stained_photo(tmp_path, 4000000, 300, 4000166, 48,
+                                    expect=("reefs-2", "easy", False), kind="pencil")
     rid = "treasurebox.purple.5"
     assert truth["marks"][rid] == "empty"
     reading = read_photo(data)
