@@ -396,3 +396,38 @@ def test_a_pencil_lying_on_the_sheet_flags_what_it_covers(tmp_path, monkeypatch)
     monkeypatch.setattr(M, "_fit_band", lambda *a, **k: None)
     again = read_photo(data)
     assert rid in _confident_errors(again, truth) and again.readings[rid].mark == "red"
+
+
+def test_an_object_on_the_sheet_is_left_out_of_the_pencils_calibration(tmp_path, monkeypatch):
+    """Photo 176 of the spent corpus 4100000 (crypts-3, hard, markers) with the orange pencil
+    ``make_variants.py --kind pencil --seed 50`` lays on it: sampled, the body's colour on the
+    regions under it moved the photo's calibrated red towards orange and purple towards red,
+    and red marks away from the pencil read "purple" at 0.99+. Those regions are left out of
+    the calibration (``details.calibration_left_out``) and the sheet read again."""
+    from vision import pipeline
+    from vision.colour import hue_diff
+    clean, data, truth = _stained_photo(tmp_path, 4100000, 300, 4100176, 50,
+                                        expect=("crypts-3", "hard", True), kind="pencil")
+    reading = read_photo(data)
+    left = reading.details["calibration_left_out"]
+    assert len(left) >= 3
+    assert _confident_errors(reading, truth) == []
+    plain = read_photo(clean)
+    assert plain.details["calibration_left_out"] == []
+
+    def hues(r):
+        return {c.name: c.hue_deg for c in r.palette.colours}
+
+    moved = {n: abs(float(hue_diff(h, hues(plain)[n]))) for n, h in hues(reading).items()}
+    assert max(moved.values()) < 10.0, moved
+    # calibrated on them (no region left out), the same photo's red and purple move, and red
+    # marks read "purple" with confidence
+    orig = pipeline.classify_sheet
+    monkeypatch.setattr(pipeline, "classify_sheet",
+                        lambda *a, **k: orig(*a, **{**k, "left_out": frozenset({"-"})}))
+    again = read_photo(data)
+    moved = {n: abs(float(hue_diff(h, hues(plain)[n]))) for n, h in hues(again).items()}
+    assert moved["red"] > 15.0 and moved["purple"] > 15.0, moved
+    wrong = _confident_errors(again, truth)
+    assert wrong and all(truth["marks"][rid] == "red" and again.readings[rid].mark == "purple"
+                         for rid in wrong)

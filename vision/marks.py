@@ -117,6 +117,9 @@ class SheetMarks:
     #: what the palette was calibrated on: ``(region_id, sample)`` for every marked region
     #: that was sampled (``vision.colour.HueSample``; its label is the swatch's colour)
     calibration_samples: tuple = ()
+    #: marked regions left out of the calibration because an object lies on them (a straight
+    #: band of colour across the sheet, ``Stain.band``): their colour may be the object's
+    calibration_left_out: tuple = ()
 
     @property
     def flagged(self) -> list[str]:
@@ -1522,7 +1525,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                    x_threshold: float = 0.45, x_scale: float = 0.07,
                    min_pixels: int = 10, photo_confidence: float = 1.0,
                    learned="default", photo_features: Mapping[str, float] | None = None,
-                   keep_matrix: bool = False) -> SheetMarks:
+                   keep_matrix: bool = False, left_out: frozenset = frozenset()) -> SheetMarks:
     """Classify every readable region of a light-normalised, rectified sheet.
 
     Parameters
@@ -1562,6 +1565,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
         Photo-level measurements for the learned reader (``PHOTO_FEATURE_DEFAULTS``).
     keep_matrix : bool
         Keep the learned reader's feature matrix on the result (dataset building).
+    left_out : frozenset of str
+        Regions the palette is not calibrated on. The sheet is read again with the marked
+        regions under an object lying on it left out (``Stain.band``) when they were sampled.
 
     Returns
     -------
@@ -1646,7 +1652,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     sampled = []  # (the region of each sample)
     for i, r in enumerate(regions):
         fill_like = f.coloured[i] > 0.25 and f.x_score[i] < x_threshold and f.purity[i] > 0.8
-        if not fill_like or f.n[i] < min_pixels:
+        if not fill_like or f.n[i] < min_pixels or r.id in left_out:
             continue
         sampled.append(r.id)
         wgt = 1.0
@@ -1757,6 +1763,21 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     calm = np.array([readings[r.id].mark == "empty" and not readings[r.id].review
                      for r in regions], bool)
     stains, seen, ink_pixels = late.result()
+    if stains is not None and stains.band is not None and not left_out:
+        # An object lying on the sheet (a pencil) shows its own colour on the regions under
+        # it: sampled, it moves the pencils' calibration, and every mark of the photo is read
+        # against that (session 39: an orange pencil's body over seven Crypts regions moved
+        # red 10 -> 38 deg and purple 313 -> 340, and red marks at 355 deg far from the
+        # pencil read "purple" at 0.998). Read again, calibrated without them.
+        covered = frozenset(r.id for r, b in zip(regions, stains.band) if b) & set(sampled)
+        if covered:
+            return classify_sheet(
+                linear, model, palette=palette, valid=valid, review_threshold=review_threshold,
+                empty_cover=empty_cover, cover_scale=cover_scale, written_cover=written_cover,
+                line_cover=line_cover, line_scale=line_scale, x_threshold=x_threshold,
+                x_scale=x_scale, min_pixels=min_pixels, photo_confidence=photo_confidence,
+                learned=learned, photo_features=photo_features, keep_matrix=keep_matrix,
+                left_out=covered)
     readings = _check_ink_on_print(readings, regions, _print_ink_fit(ink_pixels, model, calm),
                                    review_threshold)
     readings = _check_empty_swatches(readings, regions, review_threshold)
@@ -1764,7 +1785,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     readings = _check_stains(readings, regions, stains, review_threshold)
     readings = _check_beside_routes(readings, regions, sample, model, th, valid, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
-                      tuple(zip(sampled, samples)))
+                      tuple(zip(sampled, samples)), tuple(sorted(left_out)))
 
 
 #: :func:`_confirm_blank`: an "empty" reading the two readers agree on is confident, though

@@ -306,6 +306,9 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
         "refinement": _small(rect.refinement),
         "review_threshold": float(review_threshold),
         "photo_confidence": {"value": pconf, **pconf_parts},
+        # (session 39) marked regions under an object lying on the sheet, which the pencils'
+        # calibration left out (vision.marks.classify_sheet, left_out)
+        "calibration_left_out": list(sheet.calibration_left_out),
         # which readers decided (a reading is only comparable with one made the same way)
         "reader": ({"readers": ["hand", "learned"], "model": learned.meta.get("id"),
                     "model_created": learned.meta.get("created"), "kind": learned.kind,
