@@ -354,6 +354,16 @@ def test_a_straight_band_of_colour_is_fitted_and_a_drawn_line_or_scatter_is_not(
     assert M._fit_band(band(0, 20, 7.5, 300), u) is None  # 20 mm: under BAND_MIN_SPAN_MM
     assert M._fit_band(body[:20], u) is None
     assert M._fit_band(body, u) == got  # (a fixed seed)
+    # a short stretch on the bare paper is long enough with the stain's trace along its axis
+    # (the body over the regions, session 39); trace beside the axis does not lengthen it
+    short = band(0, 26, 7.5, 300)
+    assert M._fit_band(short, u) is None
+    along = band(26, 60, 2.0, 40)
+    beside = along + (15.0 / u) * n
+    got = M._fit_band(short, u, along)
+    assert got is not None and (got[3] - got[2]) * u < 27  # (its own extent: the samples)
+    assert M._fit_band(short, u, beside) is None
+    assert M._fit_band(short, u, along[:0]) is None
 
 
 def test_every_confident_mark_under_the_band_is_flagged():
@@ -431,3 +441,27 @@ def test_an_object_on_the_sheet_is_left_out_of_the_pencils_calibration(tmp_path,
     wrong = _confident_errors(again, truth)
     assert wrong and all(truth["marks"][rid] == "red" and again.readings[rid].mark == "purple"
                          for rid in wrong)
+
+
+def test_a_pencil_from_the_edge_over_a_table_of_boxes_is_a_band_with_its_trace(tmp_path,
+                                                                               monkeypatch):
+    """Photo 75 of the spent corpus 4100000 (reefs-1, easy, markers) with the red pencil
+    ``make_variants.py --kind pencil --seed 50`` lays on it from the sheet's top edge over the
+    treasure boxes: 26 mm of its body on the bare paper, too short a band alone; with the
+    stain's trace along it, long enough. Its empty box treasurebox.red.5 read "red" at 0.99+."""
+    _, data, truth = _stained_photo(tmp_path, 4100000, 300, 4100075, 50,
+                                    expect=("reefs-1", "easy", True), kind="pencil")
+    rid = "treasurebox.red.5"
+    assert truth["marks"][rid] == "empty"
+    reading = read_photo(data)
+    assert _confident_errors(reading, truth) == []
+    # the band is found: the regions under it left out of the calibration, and the box
+    # flagged (by the band's own check when the readers were sure)
+    assert rid in reading.details["calibration_left_out"] or \
+        "straight band of colour" in reading.readings[rid].reason
+    assert reading.readings[rid].review
+    fit = M._fit_band
+    monkeypatch.setattr(M, "_fit_band", lambda pts, unit, traced=None: fit(pts, unit))
+    again = read_photo(data)
+    assert again.details["calibration_left_out"] == []
+    assert rid in _confident_errors(again, truth) and again.readings[rid].mark == "red"

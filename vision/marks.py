@@ -2540,7 +2540,8 @@ RING_MIN_CELLS = 3
 #: :func:`_fit_band`: a coloured stain is an object lying on the sheet (a pencil, a pen) when
 #: its samples on the bare paper make a straight band: at least BAND_MIN_SAMPLES of them within
 #: BAND_HALF_MM of a line, BAND_FLANK_RATIO times as many as in the bands beside that (out to
-#: 3 x BAND_HALF_MM), spread over at least BAND_MIN_SPAN_MM along it, BAND_MIN_DENSITY of them a
+#: 3 x BAND_HALF_MM), spread over at least BAND_MIN_SPAN_MM along it (with the stain's trace
+#: along it, since session 39), BAND_MIN_DENSITY of them a
 #: millimetre along it (a pencil's body is 7-8 mm across: ~10 a millimetre where it crosses bare
 #: paper; stray colour in clusters far apart that happen to line up, under 1), and at least
 #: BAND_MIN_WIDTH_MM across (its 10th to 90th percentile: a body, not a drawn line). The line
@@ -2703,7 +2704,11 @@ def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape,
     regions' cells, :func:`_stain_geometry`), or None when they make none."""
     gh, gw = grid_shape
     gy, gx = np.divmod(np.flatnonzero(flat_stain), gw)
-    line = _fit_band(np.column_stack([gx, gy]).astype(np.float64), unit_mm)
+    more = None
+    if traced is not None:
+        my, mx = np.divmod(np.flatnonzero(traced & ~flat_stain), gw)
+        more = np.column_stack([mx, my]).astype(np.float64)
+    line = _fit_band(np.column_stack([gx, gy]).astype(np.float64), unit_mm, more)
     if line is None:
         return None
     (cx, cy), (ux, uy), lo, hi, width = line
@@ -2723,11 +2728,13 @@ def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape,
     return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
 
 
-def _fit_band(pts: np.ndarray, unit_mm: float):
+def _fit_band(pts: np.ndarray, unit_mm: float, traced: np.ndarray | None = None):
     """``((cx, cy), (ux, uy), lo, hi, width)``: the straight band a stain's samples make
     (``pts``: (N, 2) x, y in units of ``unit_mm``): a point on its axis, the axis's direction,
     the samples' extent along it from that point, and the band's width (its samples' 10th to
-    90th percentile across it); or None (see ``BAND_MIN_SAMPLES``).
+    90th percentile across it); or None (see ``BAND_MIN_SAMPLES``). ``traced``: (M, 2) the
+    cells the stain's trace reached beyond its samples; those on its axis count towards its
+    length (``BAND_MIN_SPAN_MM``), not towards its density.
 
     Why (session 38): a pencil lying on the sheet when the photo is taken hides what is under
     it and shows its own colour there. ``scripts/make_variants.py --kind pencil`` on the spent
@@ -2769,8 +2776,19 @@ def _fit_band(pts: np.ndarray, unit_mm: float):
         return None
     lo, hi = float(along[inl].min()), float(along[inl].max())
     width = float(np.percentile(o[inl], 90) - np.percentile(o[inl], 10))
-    if (hi - lo) * unit_mm < BAND_MIN_SPAN_MM or width * unit_mm < BAND_MIN_WIDTH_MM \
-            or k < BAND_MIN_DENSITY * (hi - lo) * unit_mm:
+    if width * unit_mm < BAND_MIN_WIDTH_MM or k < BAND_MIN_DENSITY * (hi - lo) * unit_mm:
+        return None
+    span = hi - lo
+    if traced is not None and traced.shape[0]:
+        # (session 39) its length with the stain's trace along it: a pencil laid from the
+        # sheet's edge over a table of boxes crosses bare paper only at the edge (spent
+        # 4100000's pencil copy, photo 75: 26 mm of samples at 12 a millimetre, the rest of
+        # its body over the treasure boxes, one of them, empty, read "red" at 0.996)
+        to = (traced - c) @ np.array([-d[1], d[0]])
+        ta = ((traced - c) @ d)[np.abs(to) <= half]
+        if ta.size:
+            span = max(hi, float(ta.max())) - min(lo, float(ta.min()))
+    if span * unit_mm < BAND_MIN_SPAN_MM:
         return None
     return (float(c[0]), float(c[1])), (float(d[0]), float(d[1])), lo, hi, width
 
