@@ -1642,7 +1642,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # tree walk, when a second core is allowed (vision._geom_threads; the same values either
     # way). Measured (12 bench photos, two threads, an idle core, 96 alternating pairs in one
     # process): classify ~3 ms shorter.
-    late = start(lambda: (_stains(sample, model, th, valid), _print_seen(linear, model, valid),
+    late = start(lambda: (_stains(sample, model, th, valid, getattr(linear, "image", None)),
+                          _print_seen(linear, model, valid),
                           _print_ink_pixels(sample, model, valid)))
 
     mc = _model_constants(model)
@@ -1716,7 +1717,10 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
             member_probs = [probs] + [_predict_rows(m, matrix, mc.allowed)
                                       for m in learned.committee]
             probs, member_marks = committee_proba(member_probs)
-        doubt = photo_doubt(probs)
+        # (the regions under an object lying on the sheet, left out of the calibration, are
+        # no sign of how well the photo reads: their colour is the object's, between pencils)
+        doubt = photo_doubt(probs if not left_out else
+                            probs[[r.id not in left_out for r in regions]])
         # (vision.learned.combine for every region, with what depends on the photo alone
         # worked out once)
         hands = [readings[r.id] for r in regions]
@@ -2578,8 +2582,9 @@ class Stain(NamedTuple):
     circle_mm: tuple[float, float, float] | None = None
     """That circle's centre x, y and radius on the sheet (mm, the template's frame)."""
     band: np.ndarray | None = None
-    """(R,) bool: regions under a straight band of the stain's colour, an object lying on the
-    sheet (:func:`_fit_band`); None when the stain is no such band."""
+    """(R,) bool: regions under a straight band of the stain's colour (:func:`_fit_band`) or
+    under a bar found by its shape (``vision.objects.find_bars``, since session 39): an object
+    lying on the sheet; None when there is neither."""
 
 
 def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
@@ -2641,7 +2646,8 @@ def _stain_geometry(model: SheetModel):
             np.concatenate(labels), trace_idx, trace_pos)
 
 
-def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain | None:
+def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
+            image: np.ndarray | None = None) -> Stain | None:
     """Which regions lie under a stain (:class:`Stain`), or None when the sheet has no bare
     paper to look at. A stain is colour in clusters on the bare paper between the regions
     (``STAIN_DENSE``, ``STAIN_MIN_SAMPLES``), where no pencil stroke of a region reaches: a
@@ -2694,7 +2700,41 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid) -> Stain 
     band = None
     if ab is not None:  # (a grey "stain" in a line is most often print a little off its place)
         band = _band_regions(flat_stain, traced, (gh, gw), cells, labels, R, step_mm)
+    if image is not None:
+        # (session 39) an object lying on the sheet found by its shape (vision.objects), where
+        # its colour on the bare paper made no band: a dark body that measures nearly grey,
+        # one lying over a table of boxes with little bare paper beside it
+        from vision.objects import find_bars
+        bars = find_bars(image, model.expected, model.dpi, valid=valid)
+        if bars:
+            on_bar = _bar_regions(bars, (gh, gw), cells, labels, R, step, model.dpi)
+            band = on_bar if band is None else (band | on_bar)
     return Stain(under, ab, ring, circle_mm, band)
+
+
+def _bar_regions(bars, grid_shape, cells, labels, R: int, step: int, dpi: float) -> np.ndarray:
+    """(R,) bool: the regions under the bars (``vision.objects.Bar``, template mm) found on
+    the sheet: RING_MIN_CELLS of their sample cells (``cells``, ``labels``: flat grid indices,
+    :func:`_stain_geometry`) within half the bar's width and BAND_PAD_MM of its axis, between
+    its ends."""
+    gh, gw = grid_shape
+    to_mm = 25.4 / dpi
+    ry, rx = np.divmod(cells, gw)
+    # (a sample cell's centre on the sheet, mm: pixel gx * step + step // 2, centred at + 0.5)
+    px = (rx * step + step // 2 + 0.5) * to_mm
+    py = (ry * step + step // 2 + 0.5) * to_mm
+    inside = np.zeros(cells.size, bool)
+    for b in bars:
+        (x0, y0), (x1, y1) = b.p0_mm, b.p1_mm
+        length = math.hypot(x1 - x0, y1 - y0)
+        if length <= 0:
+            continue
+        ux, uy = (x1 - x0) / length, (y1 - y0) / length
+        o = (px - x0) * -uy + (py - y0) * ux
+        along = (px - x0) * ux + (py - y0) * uy
+        inside |= (np.abs(o) <= b.width_mm / 2 + BAND_PAD_MM) & (along >= -BAND_PAD_MM) & \
+            (along <= length + BAND_PAD_MM)
+    return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
 
 
 def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape, cells, labels,
