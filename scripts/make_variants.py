@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Make photos the simulator never makes from a corpus with truth, for ``sheetcheck eval``.
 
-    .venv/bin/python scripts/make_variants.py --from CORPUS --out DIR --kind mirrored|coffee|pencil
+    .venv/bin/python scripts/make_variants.py --from CORPUS --out DIR --kind mirrored|coffee|pencil|thumb
                                               [--seed S] [--every K]
 
 Each photo of ``CORPUS`` (``scripts/make_corpus.py`` output: ``*.jpg`` + ``*.truth.json``) is
@@ -25,6 +25,11 @@ Kinds:
   lacquered body lit in the photo's light (three faces, a specular stripe), a sharpened wooden
   cone with a coloured tip, a soft shadow beside it. What lies under it cannot be read: the
   reader must flag it (session 38).
+* ``thumb``: a thumb holding the sheet down at one of its edges, as a player holds the page
+  flat with one hand and the phone with the other (session 39): a rounded skin-coloured shape
+  16-22 mm across reaching 20-55 mm in from the edge over a region near it (a skin tone from
+  light to dark, lit in the photo's light, rounder and darker at its sides, a nail at its tip
+  in most photos), a soft shadow beside it. What lies under it cannot be read.
 
 Every photo's change is drawn from ``--seed`` plus the photo's own seed, so the same arguments
 give the same files. ``--every K`` takes every K-th photo (sorted by name). The corpus used
@@ -45,7 +50,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-KINDS = ("mirrored", "coffee", "pencil")
+KINDS = ("mirrored", "coffee", "pencil", "thumb")
 #: Coffee's colour on white paper where fully soaked (linear-ish RGB transmittance) and the
 #: rim's extra darkness: a tea-to-espresso range of browns.
 COFFEE_RGB = ((0.78, 0.58, 0.38), (0.62, 0.42, 0.26))
@@ -55,6 +60,9 @@ PENCIL_BODY_RGB = {"orange": (0.85, 0.25, 0.03), "red": (0.60, 0.04, 0.04),
                    "blue": (0.03, 0.10, 0.45), "green": (0.04, 0.30, 0.07),
                    "purple": (0.20, 0.05, 0.35)}
 PENCIL_WOOD_RGB = (0.75, 0.55, 0.35)
+#: Skin reflectance (linear RGB), light to dark, and a thumbnail's (paler, pinker).
+SKIN_RGB = ((0.62, 0.40, 0.31), (0.52, 0.32, 0.22), (0.38, 0.22, 0.14), (0.20, 0.11, 0.07))
+NAIL_RGB = (0.78, 0.58, 0.55)
 
 
 def _flip_points(pts, w: int):
@@ -230,6 +238,88 @@ def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
     return out, tr
 
 
+def thumb(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """A thumb holding the sheet at one of its edges, over a region near that edge: a capsule
+    (a rounded tip) of skin, from beyond the edge to 20-55 mm in, shaded as a cylinder, a nail
+    near the tip in three photos of four, a soft shadow to one side."""
+    import cv2
+
+    from calibration.template import get_template
+
+    H = np.asarray(truth["homography"], float)
+    h, w = rgb.shape[:2]
+    t = get_template(truth["template"])
+    W_mm, H_mm = t.width_mm, t.height_mm
+
+    def edge_of(c):  # (the nearest edge: its distance, and the inward direction)
+        return min(((c[0], (1.0, 0.0)), (W_mm - c[0], (-1.0, 0.0)),
+                    (c[1], (0.0, 1.0)), (H_mm - c[1], (0.0, -1.0))), key=lambda e: e[0])
+    regions = list(t.readable_regions())
+    near = [r for r in regions if edge_of(r.shape.centre())[0] <= 50.0] or regions
+    target = np.asarray(near[int(rng.integers(len(near)))].shape.centre(), float)
+    dist, inward = edge_of(target)
+    tilt = float(rng.uniform(-30.0, 30.0))
+    c_, s_ = np.cos(np.radians(tilt)), np.sin(np.radians(tilt))
+    d = np.array([inward[0] * c_ - inward[1] * s_, inward[0] * s_ + inward[1] * c_])
+    n = np.array([-d[1], d[0]])
+    width = float(rng.uniform(16.0, 22.0))
+    reach = float(np.clip(dist + rng.uniform(-4.0, 8.0), 20.0, 55.0))  # (in from the edge)
+    # the tip's centre: along d from the edge point behind the target
+    tip = target + (reach - dist) * d
+    base = tip - (reach + 60.0) * d  # (it goes on off the sheet, to the hand)
+    tone = SKIN_RGB[int(rng.integers(len(SKIN_RGB)))]
+    skin = np.array(tone, np.float32)
+    nail = rng.random() < 0.75
+    sh_dir = float(rng.choice([-1.0, 1.0]))
+    sh_off = float(rng.uniform(2.0, 6.0))
+    strength = float(rng.uniform(0.25, 0.55))
+    blur = 2.0 + 0.006 * max(h, w)
+    r_ = width / 2
+    corners = np.array([p + q * n for p in (base - 3 * d, tip + (r_ + 3) * d)
+                        for q in (-(r_ + sh_off + 3), r_ + sh_off + 3)])
+    ph = np.c_[corners, np.ones(4)] @ H.T
+    ph = ph[:, :2] / ph[:, 2:3]
+    m = int(3 * blur) + 4
+    x0, y0 = (max(0, int(np.floor(c)) - m) for c in ph.min(axis=0))
+    x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
+    out = rgb.copy()
+    if x1 > x0 and y1 > y0:
+        u, v = _template_coords(H, rgb.shape, (x0, y0, x1, y1))
+        du, dv = u - tip[0], v - tip[1]
+        s = du * d[0] + dv * d[1]  # along, mm from the tip's centre (negative: towards the hand)
+        q = du * n[0] + dv * n[1]
+        # a capsule: a round tip, straight sides behind it; rho 0 on the axis, 1 at the side
+        rho = np.where(s > 0, np.hypot(s, q), np.abs(q)) / r_
+        inside = rho <= 1.0
+        light = 0.55 + 0.5 * np.sqrt(np.clip(1.0 - rho ** 2, 0, 1)) + \
+            0.12 * np.exp(-((q + 0.25 * width) / (0.1 * width)) ** 2)
+        refl = np.broadcast_to(skin, u.shape + (3,)).copy()
+        if nail:  # (from 1.5 to 12 mm behind the tip, 60 % of its width, a rounded front)
+            on_nail = (s <= r_ - 1.5) & (s >= r_ - 13.5) & (np.abs(q) <= 0.3 * width) & \
+                (np.hypot(np.maximum(s - (r_ - 6.0), 0), q) <= 0.3 * width)
+            refl[on_nail] = NAIL_RGB
+        colour = np.clip(refl * light[..., None], 0, 1.2).astype(np.float32)
+        small = cv2.resize(rgb, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
+        small = cv2.GaussianBlur(small.astype(np.float32), (0, 0), max(h, w) / 480.0)
+        small = cv2.dilate(small, np.ones((3, 3), np.uint8))
+        paper = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[y0:y1, x0:x1]
+        qs = q - sh_dir * sh_off
+        shadow = np.where(s > 0, np.hypot(s + 1.0, qs), np.abs(qs)) <= r_
+        sh = cv2.GaussianBlur(shadow.astype(np.float32), (0, 0), blur)
+        crop = rgb[y0:y1, x0:x1].astype(np.float32) * (1.0 - strength * sh)[..., None]
+        alpha = cv2.GaussianBlur(inside.astype(np.float32), (0, 0), 1.2)[..., None]
+        crop = crop * (1 - alpha) + (paper * colour) * alpha
+        out[y0:y1, x0:x1] = np.clip(crop, 0, 255).round().astype(np.uint8)
+    tr = dict(truth)
+    tr["variant"] = {"kind": "thumb", "skin": list(tone), "nail": bool(nail),
+                     "tip_mm": [round(float(tip[0]), 2), round(float(tip[1]), 2)],
+                     "direction": [round(float(d[0]), 4), round(float(d[1]), 4)],
+                     "width_mm": round(width, 2), "reach_mm": round(reach, 2),
+                     "shadow": {"offset_mm": round(sh_off, 2), "side": sh_dir,
+                                "strength": round(strength, 3)}}
+    return out, tr
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--from", dest="src", required=True, help="corpus folder (photos + truth)")
@@ -244,7 +334,7 @@ def main(argv=None) -> int:
         print(f"make_variants: no photos (*.jpg) in {src}.", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    change = {"mirrored": mirrored, "coffee": coffee, "pencil": pencil}[args.kind]
+    change = {"mirrored": mirrored, "coffee": coffee, "pencil": pencil, "thumb": thumb}[args.kind]
     for p in photos:
         truth_p = p.with_name(p.name[:-4] + ".truth.json")
         if not truth_p.exists():

@@ -139,6 +139,37 @@ def test_a_pencil_lies_on_the_page_along_its_recorded_line(corpus, tmp_path):
     _made_again_the_same(corpus, out, "pencil", 5)
 
 
+def test_a_thumb_holds_the_page_at_an_edge_over_a_region_near_it(corpus, tmp_path):
+    """``--kind thumb``: a skin-coloured capsule reaching in from the nearest edge of the sheet
+    changes the photo only around its recorded axis (and its shadow), up to its round tip,
+    which lies within 20-55 mm of the edge it came from; the sheet's marks stay the truth's;
+    the same arguments give the same files."""
+    mv = _script("make_variants")
+    out = tmp_path / "thumb"
+    for a, b, t1 in _made(corpus, out, "thumb", 7):
+        var = t1["variant"]
+        assert var["kind"] == "thumb" and tuple(var["skin"]) in mv.SKIN_RGB
+        assert 16 <= var["width_mm"] <= 22 and 20 <= var["reach_mm"] <= 55
+        t = get_template(t1["template"])
+        tip, d = np.asarray(var["tip_mm"]), np.asarray(var["direction"])
+        # back along its axis from the tip, the sheet's edge is reach_mm away (+- its tilt)
+        back = tip - d * np.arange(0, 200, 0.5)[:, None]
+        out_at = np.flatnonzero((back[:, 0] < 0) | (back[:, 0] > t.width_mm) |
+                                (back[:, 1] < 0) | (back[:, 1] > t.height_mm))[0] * 0.5
+        assert var["reach_mm"] - 1 <= out_at <= var["reach_mm"] / np.cos(np.radians(30)) + 1
+        changed = np.abs(b - a).sum(axis=2) > 40
+        assert changed.mean() > 0.001
+        H = np.asarray(t1["homography"])
+        ys, xs = np.nonzero(changed)
+        mm = project(np.linalg.inv(H), np.stack([xs, ys], 1).astype(float))
+        rel = mm - tip
+        along, across = rel @ d, rel @ np.array([-d[1], d[0]])
+        reach = var["width_mm"] / 2 + var["shadow"]["offset_mm"] + 3.0
+        near = (np.abs(across) <= reach) & (along <= var["width_mm"] / 2 + 3.0)
+        assert near.mean() > 0.97
+    _made_again_the_same(corpus, out, "thumb", 7)
+
+
 def test_an_empty_folder_is_refused_with_a_message(tmp_path, capsys):
     mv = _script("make_variants")
     assert mv.main(["--from", str(tmp_path), "--out", str(tmp_path / "o"), "--kind", "coffee"]) == 2
