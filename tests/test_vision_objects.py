@@ -187,3 +187,19 @@ def test_a_row_of_hatched_marks_is_no_bar():
             b = (round((x0 + rng.uniform(5, 7.5)) * PX), round((y0 + rng.uniform(-0.5, 7.5)) * PX))
             cv2.line(img, a, b, c, 2)
     assert find_bars(img, e, DPI) == []
+
+
+def test_the_object_mask_covers_the_object_its_shadow_and_no_more():
+    """``object_mask``: a pencil 7 mm wide from (20, 30) to (120, 30) mm, at 100 dpi: its body
+    and ``OBJECT_MARGIN_MM`` around it (its shadow) are masked; beyond, nothing."""
+    from vision.objects import OBJECT_MARGIN_MM, object_mask
+    mask = object_mask([(20.0, 30.0, 120.0, 30.0, 7.0)], (400, 600), DPI)
+
+    def at(x, y):
+        return bool(mask[int(round(y * PX - 0.5)), int(round(x * PX - 0.5))])
+    edge = 3.5 + OBJECT_MARGIN_MM
+    assert at(70, 30) and at(70, 30 + edge - 0.5) and at(70, 30 - edge + 0.5)
+    assert not at(70, 30 + edge + 0.7) and not at(70, 30 - edge - 0.7)
+    assert at(20 - OBJECT_MARGIN_MM + 0.5, 30) and not at(20 - OBJECT_MARGIN_MM - 1.0, 30)
+    assert at(120 + OBJECT_MARGIN_MM - 0.5, 30) and not at(120 + OBJECT_MARGIN_MM + 1.0, 30)
+    assert not object_mask([], (400, 600), DPI).any()

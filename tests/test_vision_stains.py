@@ -514,3 +514,26 @@ def test_regions_under_the_object_do_not_make_the_whole_photo_doubtful(tmp_path)
     sure_plain = sum(not plain.readings[rid].review for rid in away)
     sure = sum(not reading.readings[rid].review for rid in away)
     assert sure >= sure_plain - 12, (sure, sure_plain, len(away))
+
+
+def test_the_tone_is_measured_again_without_the_print_under_an_object(tmp_path, monkeypatch):
+    """Photo 11 of the spent corpus 4100000 (reefs-3, typical, markers) with the purple pencil
+    ``make_variants.py --kind pencil --seed 50`` lays on it: over the black print the tone
+    correction is fitted on, its colour (green far darker than red and blue) moved the
+    photo's exponents, the green one 0.99 -> 0.91, which tints every dark grey of the photo.
+    The object is found (``details.objects``) and the tone measured again without the print
+    under it and its shadow (``details.light.tone``): back to the plain photo's."""
+    from vision import pipeline
+    clean, data, truth = _stained_photo(tmp_path, 4100000, 300, 4100011, 50,
+                                        expect=("reefs-3", "typical", True), kind="pencil")
+    plain = read_photo(clean)
+    assert plain.details["objects"] == []
+    reading = read_photo(data)
+    objs = reading.details["objects"]
+    assert objs and all(4 <= o["width_mm"] <= 12 for o in objs)
+    tone0 = np.array(plain.details["light"]["tone"])
+    assert np.abs(np.array(reading.details["light"]["tone"]) - tone0).max() < 0.03
+    assert _confident_errors(reading, truth) == []
+    monkeypatch.setattr(pipeline, "object_mask", lambda objects, shape, dpi: np.zeros(shape, bool))
+    again = read_photo(data)
+    assert np.abs(np.array(again.details["light"]["tone"]) - tone0).max() > 0.05

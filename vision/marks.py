@@ -120,6 +120,8 @@ class SheetMarks:
     #: marked regions left out of the calibration because an object lies on them (a straight
     #: band of colour across the sheet, ``Stain.band``): their colour may be the object's
     calibration_left_out: tuple = ()
+    #: objects found lying on the sheet (``Stain.objects``): ``(x0, y0, x1, y1, width)`` mm
+    objects: tuple = ()
 
     @property
     def flagged(self) -> list[str]:
@@ -1789,7 +1791,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     readings = _check_stains(readings, regions, stains, review_threshold)
     readings = _check_beside_routes(readings, regions, sample, model, th, valid, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
-                      tuple(zip(sampled, samples)), tuple(sorted(left_out)))
+                      tuple(zip(sampled, samples)), tuple(sorted(left_out)),
+                      () if stains is None else stains.objects)
 
 
 #: :func:`_confirm_blank`: an "empty" reading the two readers agree on is confident, though
@@ -2585,6 +2588,10 @@ class Stain(NamedTuple):
     """(R,) bool: regions under a straight band of the stain's colour (:func:`_fit_band`) or
     under a bar found by its shape (``vision.objects.find_bars``, since session 39): an object
     lying on the sheet; None when there is neither."""
+    objects: tuple = ()
+    """The objects lying on the sheet (session 39): ``(x0, y0, x1, y1, width)`` in template
+    mm, their axis's ends and their width (a band's with its padding and extension, a bar's
+    as found), for the light stage to leave them out (``vision.pipeline.read_photo``)."""
 
 
 def _clearances(model: SheetModel) -> tuple[np.ndarray, np.ndarray]:
@@ -2698,8 +2705,10 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
                      r * step_mm)
     ab = _stain_colour(anchor, th)
     band = None
+    objects = []
     if ab is not None:  # (a grey "stain" in a line is most often print a little off its place)
-        band = _band_regions(flat_stain, traced, (gh, gw), cells, labels, R, step_mm)
+        band = _band_regions(flat_stain, traced, (gh, gw), cells, labels, R, step_mm, objects,
+                             step)
     if image is not None:
         # (session 39) an object lying on the sheet found by its shape (vision.objects), where
         # its colour on the bare paper made no band: a dark body that measures nearly grey,
@@ -2709,7 +2718,8 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
         if bars:
             on_bar = _bar_regions(bars, (gh, gw), cells, labels, R, step, model.dpi)
             band = on_bar if band is None else (band | on_bar)
-    return Stain(under, ab, ring, circle_mm, band)
+            objects += [(*b.p0_mm, *b.p1_mm, b.width_mm) for b in bars]
+    return Stain(under, ab, ring, circle_mm, band, tuple(objects))
 
 
 def _bar_regions(bars, grid_shape, cells, labels, R: int, step: int, dpi: float) -> np.ndarray:
@@ -2738,10 +2748,13 @@ def _bar_regions(bars, grid_shape, cells, labels, R: int, step: int, dpi: float)
 
 
 def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape, cells, labels,
-                  R: int, unit_mm: float) -> np.ndarray | None:
+                  R: int, unit_mm: float, objects: list | None = None,
+                  step: int = 1) -> np.ndarray | None:
     """(R,) bool: the regions under a straight band the stain's bare-paper samples make
     (:func:`_fit_band`; ``flat_stain``, ``traced``: flat grid cells; ``cells``, ``labels``: the
-    regions' cells, :func:`_stain_geometry`), or None when they make none."""
+    regions' cells, :func:`_stain_geometry`), or None when they make none. The band is
+    appended to ``objects`` as ``(x0, y0, x1, y1, width)`` in template mm (``Stain.objects``;
+    ``step``: the grid's spacing in px)."""
     gh, gw = grid_shape
     gy, gx = np.divmod(np.flatnonzero(flat_stain), gw)
     more = None
@@ -2765,6 +2778,13 @@ def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape,
     along = (rx - cx) * ux + (ry - cy) * uy
     inside = (np.abs(o) <= width / 2 + BAND_PAD_MM / unit_mm) & (along >= lo - ext) & \
         (along <= hi + ext)
+    if objects is not None:
+        # (a cell's centre in mm: pixel g * step + step // 2, centred at + 0.5)
+        to_mm = unit_mm / step
+        ends = [((cx + t * ux) * step + step // 2 + 0.5, (cy + t * uy) * step + step // 2 + 0.5)
+                for t in (lo - ext, hi + ext)]
+        objects.append((ends[0][0] * to_mm, ends[0][1] * to_mm, ends[1][0] * to_mm,
+                        ends[1][1] * to_mm, width * unit_mm + 2 * BAND_PAD_MM))
     return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
 
 

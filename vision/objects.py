@@ -274,6 +274,31 @@ def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
             for sc, p0, p1, wd in _merge(found, mm)]
 
 
+#: :func:`object_mask`: the mask reaches this far (mm) beyond an object's sides and ends: its
+#: cast shadow on the paper (a pencil's is 1.5-4 mm off its side) and its blurred edge.
+OBJECT_MARGIN_MM = 4.0
+
+
+def object_mask(objects, shape: tuple[int, int], dpi: float) -> np.ndarray:
+    """(H, W) bool: the pixels of the template frame under the objects lying on the sheet and
+    their shadows. ``objects``: ``(x0, y0, x1, y1, width)`` in template mm (the axis's ends
+    and the width, ``vision.marks.Stain.objects``), widened by ``OBJECT_MARGIN_MM`` on every
+    side."""
+    h, w = shape[:2]
+    mask = np.zeros((h, w), np.uint8)
+    k = dpi / 25.4
+    m = OBJECT_MARGIN_MM
+    for x0, y0, x1, y1, width in objects:
+        length = float(np.hypot(x1 - x0, y1 - y0))
+        u = np.array([x1 - x0, y1 - y0]) / length if length > 0 else np.array([1.0, 0.0])
+        n = np.array([-u[1], u[0]]) * (width / 2 + m)
+        a, b = np.array([x0, y0]) - m * u, np.array([x1, y1]) + m * u
+        corners = np.array([a + n, b + n, b - n, a - n]) * k - 0.5  # (mm to pixel centres)
+        cv2.fillConvexPoly(mask, np.round(corners * 16).astype(np.int32), 1,
+                           lineType=cv2.LINE_8, shift=4)
+    return mask > 0
+
+
 def _strip(norm, c0, d, n, T, O):
     """``norm`` sampled at ``c0 + t d + o n`` for t in ``T`` (rows), o in ``O`` (columns)."""
     mx = (c0[0] + T[:, None] * d[0] + O[None] * n[0]).astype(np.float32)
