@@ -106,6 +106,39 @@ def _template_coords(H: np.ndarray, shape, box=None) -> tuple[np.ndarray, np.nda
     return u, v
 
 
+def _photo_box(H: np.ndarray, corners_mm: np.ndarray, blur: float, shape) -> tuple[int, int, int, int]:
+    """``(x0, y0, x1, y1)``: the photo pixels an object over ``corners_mm`` (template mm) can
+    touch, with a margin for a shadow blurred by ``blur`` px, within the photo."""
+    h, w = shape[:2]
+    ph = np.c_[corners_mm, np.ones(len(corners_mm))] @ H.T
+    ph = ph[:, :2] / ph[:, 2:3]
+    m = int(3 * blur) + 4
+    x0, y0 = (max(0, int(np.floor(c)) - m) for c in ph.min(axis=0))
+    x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
+    return x0, y0, x1, y1
+
+
+def _lay_on(rgb: np.ndarray, out: np.ndarray, box, colour: np.ndarray, inside: np.ndarray,
+            shadow: np.ndarray, strength: float, blur: float, edge: float) -> None:
+    """An opaque object of reflectance ``colour`` on the pixels ``inside`` of ``box`` (edges
+    softened by ``edge`` px), lit by the paper's light (the photo blurred wide, at an eighth
+    of its size), with its ``shadow`` (blurred by ``blur`` px, darkening by ``strength``)
+    on the photo beneath: written into ``out``."""
+    import cv2
+
+    h, w = rgb.shape[:2]
+    x0, y0, x1, y1 = box
+    small = cv2.resize(rgb, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
+    small = cv2.GaussianBlur(small.astype(np.float32), (0, 0), max(h, w) / 480.0)
+    small = cv2.dilate(small, np.ones((3, 3), np.uint8))
+    paper = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[y0:y1, x0:x1]
+    sh = cv2.GaussianBlur(shadow.astype(np.float32), (0, 0), blur)
+    crop = rgb[y0:y1, x0:x1].astype(np.float32) * (1.0 - strength * sh)[..., None]
+    alpha = cv2.GaussianBlur(inside.astype(np.float32), (0, 0), edge)[..., None]
+    crop = crop * (1 - alpha) + (paper * colour) * alpha
+    out[y0:y1, x0:x1] = np.clip(crop, 0, 255).round().astype(np.uint8)
+
+
 def coffee(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
     """A coffee ring (and maybe a blot) on the page, over some of its regions."""
     from calibration.template import get_template
@@ -165,8 +198,6 @@ def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
     lacquered hexagonal body in one of the game's pencil colours, its three visible faces lit
     differently, a sharpened wooden cone with a coloured tip, and a soft shadow cast beside it
     on the paper. Only the pixels around it are worked on."""
-    import cv2
-
     from calibration.template import get_template
 
     H = np.asarray(truth["homography"], float)
@@ -193,11 +224,7 @@ def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
     # the photo pixels it can touch: its outline and its shadow's, in the photo, and a margin
     reach = width / 2 + sh_off + 2.0
     corners = np.array([a + s_ * d + q_ * n for s_ in (-3.0, length + 3.0) for q_ in (-reach, reach)])
-    ph = np.c_[corners, np.ones(4)] @ H.T
-    ph = ph[:, :2] / ph[:, 2:3]
-    m = int(3 * blur) + 4
-    x0, y0 = (max(0, int(np.floor(c)) - m) for c in ph.min(axis=0))
-    x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
+    x0, y0, x1, y1 = _photo_box(H, corners, blur, rgb.shape)
     out = rgb.copy()
     if x1 > x0 and y1 > y0:
         u, v = _template_coords(H, rgb.shape, (x0, y0, x1, y1))
@@ -215,18 +242,8 @@ def pencil(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.n
         refl = np.where((s > length - cone)[..., None], wood[None, None, :], body[None, None, :])
         refl = np.where((s > length - 0.3 * cone)[..., None], body[None, None, :] * 0.8, refl)
         colour = np.clip(refl * light[..., None], 0, 1.2).astype(np.float32)
-        # the paper's light (the photo blurred wide, at an eighth of its size), which lights
-        # the pencil too
-        small = cv2.resize(rgb, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
-        small = cv2.GaussianBlur(small.astype(np.float32), (0, 0), max(h, w) / 480.0)
-        small = cv2.dilate(small, np.ones((3, 3), np.uint8))
-        paper = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[y0:y1, x0:x1]
         shadow = (s >= -2) & (s <= length + 2) & (np.abs(q - sh_dir * sh_off) <= half + 1.0)
-        sh = cv2.GaussianBlur(shadow.astype(np.float32), (0, 0), blur)
-        crop = rgb[y0:y1, x0:x1].astype(np.float32) * (1.0 - strength * sh)[..., None]
-        alpha = cv2.GaussianBlur(inside.astype(np.float32), (0, 0), 0.8)[..., None]
-        crop = crop * (1 - alpha) + (paper * colour) * alpha
-        out[y0:y1, x0:x1] = np.clip(crop, 0, 255).round().astype(np.uint8)
+        _lay_on(rgb, out, (x0, y0, x1, y1), colour, inside, shadow, strength, blur, 0.8)
     tr = dict(truth)
     tr["variant"] = {"kind": "pencil", "colour": name,
                      "blunt_end_mm": [round(float(a[0]), 2), round(float(a[1]), 2)],
@@ -242,8 +259,6 @@ def thumb(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.nd
     """A thumb holding the sheet at one of its edges, over a region near that edge: a capsule
     (a rounded tip) of skin, from beyond the edge to 20-55 mm in, shaded as a cylinder, a nail
     near the tip in three photos of four, a soft shadow to one side."""
-    import cv2
-
     from calibration.template import get_template
 
     H = np.asarray(truth["homography"], float)
@@ -277,11 +292,7 @@ def thumb(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.nd
     r_ = width / 2
     corners = np.array([p + q * n for p in (base - 3 * d, tip + (r_ + 3) * d)
                         for q in (-(r_ + sh_off + 3), r_ + sh_off + 3)])
-    ph = np.c_[corners, np.ones(4)] @ H.T
-    ph = ph[:, :2] / ph[:, 2:3]
-    m = int(3 * blur) + 4
-    x0, y0 = (max(0, int(np.floor(c)) - m) for c in ph.min(axis=0))
-    x1, y1 = (min(lim, int(np.ceil(c)) + m + 1) for c, lim in zip(ph.max(axis=0), (w, h)))
+    x0, y0, x1, y1 = _photo_box(H, corners, blur, rgb.shape)
     out = rgb.copy()
     if x1 > x0 and y1 > y0:
         u, v = _template_coords(H, rgb.shape, (x0, y0, x1, y1))
@@ -299,17 +310,9 @@ def thumb(rgb: np.ndarray, truth: dict, rng: np.random.Generator) -> tuple[np.nd
                 (np.hypot(np.maximum(s - (r_ - 6.0), 0), q) <= 0.3 * width)
             refl[on_nail] = NAIL_RGB
         colour = np.clip(refl * light[..., None], 0, 1.2).astype(np.float32)
-        small = cv2.resize(rgb, (max(1, w // 8), max(1, h // 8)), interpolation=cv2.INTER_AREA)
-        small = cv2.GaussianBlur(small.astype(np.float32), (0, 0), max(h, w) / 480.0)
-        small = cv2.dilate(small, np.ones((3, 3), np.uint8))
-        paper = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[y0:y1, x0:x1]
         qs = q - sh_dir * sh_off
         shadow = np.where(s > 0, np.hypot(s + 1.0, qs), np.abs(qs)) <= r_
-        sh = cv2.GaussianBlur(shadow.astype(np.float32), (0, 0), blur)
-        crop = rgb[y0:y1, x0:x1].astype(np.float32) * (1.0 - strength * sh)[..., None]
-        alpha = cv2.GaussianBlur(inside.astype(np.float32), (0, 0), 1.2)[..., None]
-        crop = crop * (1 - alpha) + (paper * colour) * alpha
-        out[y0:y1, x0:x1] = np.clip(crop, 0, 255).round().astype(np.uint8)
+        _lay_on(rgb, out, (x0, y0, x1, y1), colour, inside, shadow, strength, blur, 1.2)
     tr = dict(truth)
     tr["variant"] = {"kind": "thumb", "skin": list(tone), "nail": bool(nail),
                      "tip_mm": [round(float(tip[0]), 2), round(float(tip[1]), 2)],
