@@ -2699,10 +2699,7 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
         cv2.circle(on_circle, (int(round(cx * 16)), int(round(cy * 16))), int(round(r * 16)), 1,
                    max(1, int(round(2 * RING_BAND_MM / step_mm))), lineType=cv2.LINE_8, shift=4)
         ring = np.bincount(labels[on_circle.reshape(-1)[cells] > 0], minlength=R) >= RING_MIN_CELLS
-        # (a sample cell's centre: pixel gx * step + step // 2, whose centre is at + 0.5)
-        to_mm = 25.4 / model.dpi
-        circle_mm = ((cx * step + step // 2 + 0.5) * to_mm, (cy * step + step // 2 + 0.5) * to_mm,
-                     r * step_mm)
+        circle_mm = (_cell_mm(cx, step, model.dpi), _cell_mm(cy, step, model.dpi), r * step_mm)
     ab = _stain_colour(anchor, th)
     band = None
     objects = []
@@ -2722,28 +2719,37 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
     return Stain(under, ab, ring, circle_mm, band, tuple(objects))
 
 
+def _cell_mm(g, step: int, dpi: float):
+    """A stain-grid coordinate (a cell index along x or y, or a fraction of one) as mm on the
+    sheet: its sample pixel is ``g * step + step // 2``, whose centre is at + 0.5."""
+    return (g * step + step // 2 + 0.5) * (25.4 / dpi)
+
+
+def _in_strip(x, y, x0: float, y0: float, ux: float, uy: float, a0: float, a1: float,
+              half: float) -> np.ndarray:
+    """Which points ``(x, y)`` lie within ``half`` of the axis through ``(x0, y0)`` along the
+    unit direction ``(ux, uy)``, between ``a0`` and ``a1`` along it (any one unit)."""
+    o = (x - x0) * -uy + (y - y0) * ux
+    along = (x - x0) * ux + (y - y0) * uy
+    return (np.abs(o) <= half) & (along >= a0) & (along <= a1)
+
+
 def _bar_regions(bars, grid_shape, cells, labels, R: int, step: int, dpi: float) -> np.ndarray:
     """(R,) bool: the regions under the bars (``vision.objects.Bar``, template mm) found on
     the sheet: RING_MIN_CELLS of their sample cells (``cells``, ``labels``: flat grid indices,
     :func:`_stain_geometry`) within half the bar's width and BAND_PAD_MM of its axis, between
     its ends."""
     gh, gw = grid_shape
-    to_mm = 25.4 / dpi
     ry, rx = np.divmod(cells, gw)
-    # (a sample cell's centre on the sheet, mm: pixel gx * step + step // 2, centred at + 0.5)
-    px = (rx * step + step // 2 + 0.5) * to_mm
-    py = (ry * step + step // 2 + 0.5) * to_mm
+    px, py = _cell_mm(rx, step, dpi), _cell_mm(ry, step, dpi)
     inside = np.zeros(cells.size, bool)
     for b in bars:
         (x0, y0), (x1, y1) = b.p0_mm, b.p1_mm
         length = math.hypot(x1 - x0, y1 - y0)
         if length <= 0:
             continue
-        ux, uy = (x1 - x0) / length, (y1 - y0) / length
-        o = (px - x0) * -uy + (py - y0) * ux
-        along = (px - x0) * ux + (py - y0) * uy
-        inside |= (np.abs(o) <= b.width_mm / 2 + BAND_PAD_MM) & (along >= -BAND_PAD_MM) & \
-            (along <= length + BAND_PAD_MM)
+        inside |= _in_strip(px, py, x0, y0, (x1 - x0) / length, (y1 - y0) / length,
+                            -BAND_PAD_MM, length + BAND_PAD_MM, b.width_mm / 2 + BAND_PAD_MM)
     return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
 
 
@@ -2774,17 +2780,13 @@ def _band_regions(flat_stain: np.ndarray, traced: np.ndarray | None, grid_shape,
             lo, hi = min(lo, float(along.min())), max(hi, float(along.max()))
     ext = BAND_EXTEND_MM / unit_mm
     ry, rx = np.divmod(cells, gw)
-    o = (rx - cx) * -uy + (ry - cy) * ux
-    along = (rx - cx) * ux + (ry - cy) * uy
-    inside = (np.abs(o) <= width / 2 + BAND_PAD_MM / unit_mm) & (along >= lo - ext) & \
-        (along <= hi + ext)
+    inside = _in_strip(rx, ry, cx, cy, ux, uy, lo - ext, hi + ext,
+                       width / 2 + BAND_PAD_MM / unit_mm)
     if objects is not None:
-        # (a cell's centre in mm: pixel g * step + step // 2, centred at + 0.5)
-        to_mm = unit_mm / step
-        ends = [((cx + t * ux) * step + step // 2 + 0.5, (cy + t * uy) * step + step // 2 + 0.5)
-                for t in (lo - ext, hi + ext)]
-        objects.append((ends[0][0] * to_mm, ends[0][1] * to_mm, ends[1][0] * to_mm,
-                        ends[1][1] * to_mm, width * unit_mm + 2 * BAND_PAD_MM))
+        dpi = 25.4 * step / unit_mm
+        (x0, y0), (x1, y1) = ((_cell_mm(cx + t * ux, step, dpi), _cell_mm(cy + t * uy, step, dpi))
+                              for t in (lo - ext, hi + ext))
+        objects.append((x0, y0, x1, y1, width * unit_mm + 2 * BAND_PAD_MM))
     return np.bincount(labels[inside], minlength=R) >= RING_MIN_CELLS
 
 
