@@ -1527,7 +1527,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                    x_threshold: float = 0.45, x_scale: float = 0.07,
                    min_pixels: int = 10, photo_confidence: float = 1.0,
                    learned="default", photo_features: Mapping[str, float] | None = None,
-                   keep_matrix: bool = False, left_out: frozenset = frozenset()) -> SheetMarks:
+                   keep_matrix: bool = False, left_out: frozenset = frozenset(),
+                   last_checks: tuple | None = None) -> SheetMarks:
     """Classify every readable region of a light-normalised, rectified sheet.
 
     Parameters
@@ -1570,6 +1571,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     left_out : frozenset of str
         Regions the palette is not calibrated on. The sheet is read again with the marked
         regions under an object lying on it left out (``Stain.band``) when they were sampled.
+    last_checks : tuple, optional
+        The last checks' findings (stains, print seen, ink on the print) of a first reading
+        of the same light, reused by that second reading instead of measured again.
 
     Returns
     -------
@@ -1644,9 +1648,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # tree walk, when a second core is allowed (vision._geom_threads; the same values either
     # way). Measured (12 bench photos, two threads, an idle core, 96 alternating pairs in one
     # process): classify ~3 ms shorter.
-    late = start(lambda: (_stains(sample, model, th, valid, getattr(linear, "image", None)),
-                          _print_seen(linear, model, valid),
-                          _print_ink_pixels(sample, model, valid)))
+    late = start(lambda: last_checks or (
+        _stains(sample, model, th, valid, getattr(linear, "image", None)),
+        _print_seen(linear, model, valid), _print_ink_pixels(sample, model, valid)))
 
     mc = _model_constants(model)
     regions = mc.regions
@@ -1783,7 +1787,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
                 line_cover=line_cover, line_scale=line_scale, x_threshold=x_threshold,
                 x_scale=x_scale, min_pixels=min_pixels, photo_confidence=photo_confidence,
                 learned=learned, photo_features=photo_features, keep_matrix=keep_matrix,
-                left_out=covered)
+                left_out=covered, last_checks=(stains, seen, ink_pixels))
     readings = _check_ink_on_print(readings, regions, _print_ink_fit(ink_pixels, model, calm),
                                    review_threshold)
     readings = _check_empty_swatches(readings, regions, review_threshold)
