@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import cv2
@@ -587,17 +587,29 @@ def normalise_light(image: np.ndarray, *, paper_mask: np.ndarray, valid: np.ndar
                           tuple(float(v) for v in wbal), rng, block)
     if print_pixels is None:
         return out
+    return with_tone(out, print_pixels, valid=valid)
+
+
+def with_tone(light: NormalisedLight, print_pixels: np.ndarray, *,
+              valid: np.ndarray | None = None) -> NormalisedLight:
+    """``light`` with its tone correction measured on ``print_pixels`` (flat indices of black
+    print, :func:`print_pixels`; those outside ``valid`` not used): the per-channel exponents
+    that make that print colourless after the division (:func:`tone_exponents`), whatever
+    ``light``'s own tone was. The division by the paper is kept as it is."""
+    image = light.image
+    H, W = image.shape[:2]
     idx = np.asarray(print_pixels)
     if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= H * W)):
         raise ValueError(f"print_pixels must be flat indices into the {(H, W)} image")
-    keep = valid.reshape(-1).take(idx) if valid is not None else None
-    taps = out.taps(idx, keep=keep)
+    plain = light if light.tone == (1.0, 1.0, 1.0) else replace(light, tone=(1.0, 1.0, 1.0))
+    keep = np.asarray(valid, bool).reshape(-1).take(idx) if valid is not None else None
+    taps = plain.taps(idx, keep=keep)
     srgb = image.reshape(-1, 3).take(taps.index, axis=0)
-    tone = tone_exponents(srgb, out.sample(taps))
-    if tone == out.tone:
-        return out
-    return NormalisedLight(image, out.illumination, coverage, out.white_balance, rng, block, tone)
+    tone = tone_exponents(srgb, plain.sample(taps))
+    if tone == plain.tone:
+        return plain
+    return replace(plain, tone=tone)
 
 
 __all__ = ["TONE_CORRECTION", "NormalisedLight", "PixelTaps", "normalise_light", "pixel_taps",
-           "print_pixels", "tone_correction_for", "tone_exponents"]
+           "print_pixels", "tone_correction_for", "tone_exponents", "with_tone"]

@@ -25,7 +25,8 @@ from sheetcheck.errors import InputFileError, NoColourError
 from vision.colour import Palette, load_palette
 from vision._geom_threads import blas_one_thread, start
 from vision.learned import resolve_reader
-from vision.light import NormalisedLight, normalise_light, print_pixels, tone_correction_for
+from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
+                          with_tone)
 from vision.objects import object_mask
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
                           BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
@@ -303,8 +304,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
             # the readers read more of the regions under it wrong, one with confidence:
             # docs/EVALUATION.md, session 39.)
             hidden = object_mask(sheet.objects, model.shape, model.dpi)
-            again = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid,
-                                    print_pixels=pp[~hidden.reshape(-1)[pp]])
+            again = with_tone(light, pp[~hidden.reshape(-1)[pp]], valid=valid)
             if again.tone != light.tone:
                 light = again
                 sheet = classify(light)
@@ -333,7 +333,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
         # calibration left out (vision.marks.classify_sheet, left_out)
         "calibration_left_out": list(sheet.calibration_left_out),
         # (session 39) objects found lying on the sheet (a pencil): their axis's ends and
-        # width in template mm; the light was measured again without them
+        # width in template mm; the tone was measured again without the print under them
         "objects": [{"from_mm": [round(o[0], 1), round(o[1], 1)],
                      "to_mm": [round(o[2], 1), round(o[3], 1)], "width_mm": round(o[4], 1)}
                     for o in sheet.objects],
