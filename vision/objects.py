@@ -44,8 +44,6 @@ glare stripe along them), not for the simulator's painting of one
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import NamedTuple
 
 import cv2
@@ -122,28 +120,31 @@ class Bar(NamedTuple):
         return float(np.hypot(self.p1_mm[0] - self.p0_mm[0], self.p1_mm[1] - self.p0_mm[1]))
 
 
-_print_edges: dict = {}
-_print_lock = threading.Lock()
-
-
 def _orientation_bin(gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
     """The bin (0..ORIENTATION_BINS-1) of the gradient direction (modulo 180 deg)."""
     ang = np.arctan2(gy, gx) % np.pi
     return (np.round(ang / (np.pi / ORIENTATION_BINS)).astype(np.intp)) % ORIENTATION_BINS
 
 
-def _print_edge_masks(expected: np.ndarray, size: tuple[int, int], mm: float) -> np.ndarray:
-    """Where the clean render has an edge, within ``TEMPLATE_MARGIN_MM``, by the edge's
-    orientation: (ORIENTATION_BINS, h, w) bool in the working frame of ``size`` = (w, h).
-    Computed once per render array and size (cached by identity while the array lives: a
-    weak reference, so the cache keeps no render alive; the pipeline's render is its sheet
-    model's, the same for every photo)."""
-    key = (id(expected), expected.shape, size, mm)
-    with _print_lock:
-        hit = _print_edges.get(key)
-    if hit is not None and hit[0]() is expected:
-        return hit[1]
-    w, h = size
+def _working_frame(shape, dpi: float) -> tuple[int, float]:
+    """``(levels, mm)``: how many times a frame of ``shape`` at ``dpi`` is halved (Gaussian
+    pyramid) to the nearest of ``WORK_PX_PER_MM``, and the working px per mm then."""
+    h, w = shape[:2]
+    mm, levels = dpi / 25.4, 0
+    while mm / 2 >= WORK_PX_PER_MM / np.sqrt(2) and min(h, w) >= 64:
+        h, w, mm, levels = (h + 1) // 2, (w + 1) // 2, mm / 2, levels + 1
+    return levels, mm
+
+
+def print_edge_masks(expected: np.ndarray, dpi: float) -> np.ndarray:
+    """Where the clean render ``expected`` (at ``dpi``) has an edge, within
+    ``TEMPLATE_MARGIN_MM``, by the edge's orientation: (ORIENTATION_BINS, h, w) bool in
+    :func:`find_bars`' working frame. It depends on the template alone: the pipeline builds it
+    once per sheet model (``vision._cache.per_model``) and passes it to :func:`find_bars`."""
+    levels, mm = _working_frame(expected.shape, dpi)
+    h, w = expected.shape[:2]
+    for _ in range(levels):
+        h, w = (h + 1) // 2, (w + 1) // 2
     e = cv2.resize(np.asarray(expected, np.float32), (w, h), interpolation=cv2.INTER_AREA)
     if e.ndim == 3:
         e = e.min(axis=2)  # (coloured print too)
@@ -164,14 +165,6 @@ def _print_edge_masks(expected: np.ndarray, size: tuple[int, int], mm: float) ->
         m[ys[near], xs[near]] = 1
         masks[i] = cv2.dilate(m, disk) > 0
     masks.setflags(write=False)
-    try:
-        ref = weakref.ref(expected)
-    except TypeError:  # (a type that takes no weak reference: not cached)
-        return masks
-    with _print_lock:
-        for k in [k for k, v in _print_edges.items() if v[0]() is None]:
-            del _print_edges[k]
-        _print_edges[key] = (ref, masks)
     return masks
 
 
@@ -199,7 +192,8 @@ def _runs(on: np.ndarray, gap: int) -> list[tuple[int, int]]:
 
 
 def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
-              valid: np.ndarray | None = None) -> list[Bar]:
+              valid: np.ndarray | None = None,
+              print_edges: np.ndarray | None = None) -> list[Bar]:
     """The straight bars (pencils, pens) lying on the sheet.
 
     Parameters
@@ -213,6 +207,8 @@ def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
         The frame's resolution (``px = mm * dpi / 25.4``).
     valid : (H, W) bool ndarray, optional
         Pixels that came from inside the photo.
+    print_edges : ndarray, optional
+        :func:`print_edge_masks` of ``expected`` at ``dpi`` (built here when not given).
 
     Returns
     -------
@@ -222,10 +218,9 @@ def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
     image = np.asarray(image)
     g = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
     # halved (Gaussian pyramid) to the nearest of WORK_PX_PER_MM
-    mm = dpi / 25.4  # working px per mm
-    while mm / 2 >= WORK_PX_PER_MM / np.sqrt(2) and min(g.shape) >= 64:
+    levels, mm = _working_frame(g.shape, dpi)  # (mm: working px per mm)
+    for _ in range(levels):
         g = cv2.pyrDown(g)
-        mm /= 2
     h, w = g.shape
     norm = g.astype(np.float32) * (PAPER_LEVEL / _paper_light(g, mm))
     norm8 = np.clip(norm, 0, 255).astype(np.uint8)
@@ -236,7 +231,9 @@ def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
     if ys.size:
         gx = cv2.Sobel(norm8, cv2.CV_32F, 1, 0)[ys, xs]
         gy = cv2.Sobel(norm8, cv2.CV_32F, 0, 1)[ys, xs]
-        printed = _print_edge_masks(expected, (w, h), mm)[_orientation_bin(gx, gy), ys, xs]
+        if print_edges is None:
+            print_edges = print_edge_masks(expected, dpi)
+        printed = print_edges[_orientation_bin(gx, gy), ys, xs]
         edges[ys[printed], xs[printed]] = 0
     if valid is not None:
         vs = cv2.resize(np.asarray(valid, np.uint8), (w, h), interpolation=cv2.INTER_NEAREST)
