@@ -203,3 +203,49 @@ def test_the_object_mask_covers_the_object_its_shadow_and_no_more():
     assert at(20 - OBJECT_MARGIN_MM + 0.5, 30) and not at(20 - OBJECT_MARGIN_MM - 1.0, 30)
     assert at(120 + OBJECT_MARGIN_MM - 0.5, 30) and not at(120 + OBJECT_MARGIN_MM + 1.0, 30)
     assert not object_mask([], (400, 600), DPI).any()
+
+
+@pytest.fixture(scope="module")
+def filled_row_photo(tmp_path_factory):
+    """Photo 4000000 of the spent corpus 4000000 (crypts-1, easy, markers), as made: no object
+    on it, but the third row of level 1's squares coloured in, red and green, 10.2 mm tall."""
+    ts = _stains_helpers()
+    photo, _ = ts.corpus_photo(tmp_path_factory.mktemp("filled"), 4000000, 1, 4000000,
+                               expect=("crypts-1", "easy", True))
+    return _rectified(photo.read_bytes())
+
+
+def test_a_row_of_boxes_coloured_in_shows_its_print_so_it_is_no_bar(filled_row_photo,
+                                                                    monkeypatch):
+    """Coloured in alike in grey, a row of squares has two straight parallel edges 10 mm apart
+    and an even, untextured body: everything a pencil has but that it hides the print. The
+    squares' printed sides show through the colour, so it is no bar; without that test it
+    was taken for one along the row."""
+    import vision.objects as O
+    image, valid, expected = filled_row_photo
+    assert find_bars(image, expected, DPI, valid=valid) == []
+    monkeypatch.setattr(O, "PRINT_SEEN_MAX", float("inf"))
+    bars = find_bars(image, expected, DPI, valid=valid)
+    assert len(bars) == 1
+    (x0, y0), (x1, y1) = bars[0].p0_mm, bars[0].p1_mm
+    assert abs(y0 - y1) < 1.0 and 60 < y0 < 75 and abs(x1 - x0) > 40
+    assert 9 <= bars[0].width_mm <= 11
+
+
+def test_a_bar_hides_the_print_it_lies_on(pencil_photo):
+    """The dark purple pencil of ``pencil_photo`` lies over the grid of symbols: the print
+    under it shows through it at no more than a small share of its contrast."""
+    import vision.objects as O
+    _, data, _ = pencil_photo
+    image, valid, expected = _rectified(data)
+    g = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+    levels, mm = O._working_frame(g.shape, DPI)
+    for _ in range(levels):
+        g = cv2.pyrDown(g)
+    norm = g.astype(np.float32) * (O.PAPER_LEVEL / O._paper_light(g, mm))
+    render = O.print_render(expected, DPI)
+    (bar,) = find_bars(image, expected, DPI, valid=valid)
+    k = DPI / 25.4 / mm  # (frame px per working px)
+    p0, p1 = (np.asarray(p) * DPI / 25.4 / k for p in (bar.p0_mm, bar.p1_mm))
+    seen = O._print_seen(norm, render, mm, p0, p1, bar.width_mm * mm)
+    assert np.isfinite(seen) and abs(seen) < O.PRINT_SEEN_MAX / 2

@@ -2714,9 +2714,12 @@ def _stains(sample, model: SheetModel, th: Mapping[str, float], valid,
         # (session 39) an object lying on the sheet found by its shape (vision.objects), where
         # its colour on the bare paper made no band: a dark body that measures nearly grey,
         # one lying over a table of boxes with little bare paper beside it
-        from vision.objects import find_bars, print_edge_masks
-        edges = per_model(model, "print_edges", lambda m: print_edge_masks(m.expected, m.dpi))
-        bars = find_bars(image, model.expected, model.dpi, valid=valid, print_edges=edges)
+        from vision.objects import find_bars, print_edge_masks, print_render
+        render = per_model(model, "print_render", lambda m: print_render(m.expected, m.dpi))
+        edges = per_model(model, "print_edges",
+                          lambda m: print_edge_masks(m.expected, m.dpi, render))
+        bars = find_bars(image, model.expected, model.dpi, valid=valid, print_edges=edges,
+                         render=render)
         if bars:
             on_bar = _bar_regions(bars, (gh, gw), cells, labels, R, step, model.dpi)
             band = on_bar if band is None else (band | on_bar)
