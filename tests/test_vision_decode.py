@@ -12,7 +12,8 @@ from PIL import Image
 
 from sheetcheck.errors import (CorruptImageError, ImageTooLargeError, InputFileError,
                                NotAnImageError)
-from vision.decode import MAX_PIXELS, DecodedPhoto, decode_photo, load_photo
+from vision.decode import (MAX_JPEG_PIXELS, MAX_PIXELS, DecodedPhoto, decode_photo,
+                           load_photo)
 
 # Four flat quadrant colours: survive JPEG and any reduction, and tell every flip apart.
 QUAD = {(0, 0): (220, 40, 40), (0, 1): (40, 200, 40), (1, 0): (40, 40, 220), (1, 1): (240, 240, 240)}
@@ -250,6 +251,64 @@ def test_decompression_bomb_below_pillows_own_limit_is_refused():
     assert len(data) < 200_000 and 8000 * 7000 > MAX_PIXELS
     with pytest.raises(ImageTooLargeError, match="56 megapixels"):
         decode_photo(data)
+
+
+def _big_quadrants_jpeg(w: int, h: int, **kw) -> bytes:
+    """A ``w`` x ``h`` JPEG of the four quadrant colours (made without a full array)."""
+    im = Image.new("RGB", (w, h))
+    for (i, j), c in QUAD.items():
+        im.paste(c, (j * w // 2, i * h // 2, (j + 1) * w // 2, (i + 1) * h // 2))
+    b = io.BytesIO()
+    im.save(b, "JPEG", quality=70, **kw)
+    return b.getvalue()
+
+
+def _jpeg_header(w: int, h: int) -> bytes:
+    """A JPEG that declares ``w`` x ``h`` px and holds no picture (SOI, SOF0, SOS, EOI)."""
+    sof = struct.pack(">BHHB", 8, h, w, 3) + b"".join(
+        bytes([i + 1, 0x11 if i else 0x22, 0]) for i in range(3))
+    sos = bytes([3]) + b"".join(bytes([i + 1, 0]) for i in range(3)) + bytes([0, 63, 0])
+    return (b"\xff\xd8" + b"\xff\xc0" + struct.pack(">H", len(sof) + 2) + sof + b"\xff\xda"
+            + struct.pack(">H", len(sos) + 2) + sos + b"\0" * 16 + b"\xff\xd9")
+
+
+def test_a_200_megapixel_phone_jpeg_is_read_at_reduced_size():
+    """The high-resolution mode of a 200 MP phone (16320 x 12240, baseline JPEG): beyond
+    MAX_PIXELS and beyond Pillow's own bomb guard (~179 MP), but DCT scaling decodes it at 1/8
+    (2040 x 1530), never in full: it is read, not refused."""
+    w, h = 16320, 12240
+    assert MAX_PIXELS < 2 * Image.MAX_IMAGE_PIXELS < w * h <= MAX_JPEG_PIXELS
+    guard = Image.MAX_IMAGE_PIXELS
+    d = decode_photo(_big_quadrants_jpeg(w, h))
+    assert Image.MAX_IMAGE_PIXELS == guard  # (Pillow's guard is left as it was)
+    assert d.image.shape == (1500, 2000, 3) and d.original_size == (w, h)
+    assert d.scale == pytest.approx(2000 / w, rel=1e-3)
+    assert_quadrants(d.image)
+
+
+def test_a_63_megapixel_jpeg_is_read_reduced_but_not_in_full_nor_when_progressive():
+    w, h = 9000, 7000
+    assert MAX_PIXELS < w * h < Image.MAX_IMAGE_PIXELS
+    data = _big_quadrants_jpeg(w, h)
+    d = decode_photo(data)
+    assert d.image.shape == (1556, 2000, 3) and d.original_size == (w, h)
+    assert_quadrants(d.image)
+    # decoded in full it would be 189 MB of RGB: refused as before
+    with pytest.raises(ImageTooLargeError, match=r"63 megapixels\), more than the 50 megapixels sheetcheck decodes\."):
+        decode_photo(data, max_long_side=None)
+    # a progressive JPEG is held whole in memory while it decodes, at any scale: refused
+    with pytest.raises(ImageTooLargeError, match="63 megapixels.*in a progressive JPEG"):
+        decode_photo(_big_quadrants_jpeg(w, h, progressive=True))
+
+
+def test_a_jpeg_declaring_400_megapixels_is_refused_from_the_header():
+    with pytest.raises(ImageTooLargeError,
+                       match="400 megapixels, far more than the 210 megapixels sheetcheck "
+                             "decodes in a JPEG"):
+        decode_photo(_jpeg_header(20000, 20000))
+    # and one over MAX_JPEG_PIXELS that Pillow's guard lets through is refused by ours
+    with pytest.raises(ImageTooLargeError, match="more than the 210 megapixels"):
+        decode_photo(_jpeg_header(15000, 15000))
 
 
 def test_load_photo_file_errors(tmp_path):

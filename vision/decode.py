@@ -24,6 +24,7 @@ import io
 import math
 import os
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,18 @@ try:  # HEIC/HEIF is the default format of iPhones.
 except ImportError:  # pragma: no cover - pillow-heif is a declared dependency
     HEIF_SUPPORTED = False
 
-__all__ = ["DecodedPhoto", "decode_photo", "load_photo", "colourless", "MAX_PIXELS", "MAX_FILE_BYTES"]
+__all__ = ["DecodedPhoto", "decode_photo", "load_photo", "colourless", "MAX_PIXELS",
+           "MAX_JPEG_PIXELS", "MAX_FILE_BYTES"]
 
-#: Largest photo accepted, in pixels (width x height from the header). Phones shoot 12-50 MP;
-#: anything larger is a scan at an absurd resolution or a decompression bomb.
+#: Largest photo accepted, in pixels (width x height from the header), for any photo decoded in
+#: full (PNG, WebP, HEIC, a JPEG read at full size). Phones shoot 12-50 MP by default.
 MAX_PIXELS = 50_000_000
+#: Largest baseline JPEG accepted when it is decoded at reduced size (DCT scaling to 1/2, 1/4
+#: or 1/8, never in full: at most :data:`MAX_PIXELS` decoded): the high-resolution modes of
+#: phones with 108 and 200 MP sensors (16320 x 12240 = 199.8 MP). Anything larger is a scan at
+#: an absurd resolution or a decompression bomb. (A progressive JPEG is held whole in memory
+#: as coefficients while it decodes, ~3 bytes a pixel: it keeps :data:`MAX_PIXELS`.)
+MAX_JPEG_PIXELS = 210_000_000
 #: Largest file accepted. A 50 MP JPEG is ~25 MB; PNGs of phone photos stay under 100 MB.
 MAX_FILE_BYTES = 120_000_000
 #: Smallest useful photo: below this the sheet cannot be read at all.
@@ -82,7 +90,48 @@ class DecodedPhoto:
 _RETAKE = "Send the original photo file again (or take a new photo)."
 
 
-def _open(data: bytes, name: str) -> Image.Image:
+#: Serialises the rare opens that raise Pillow's own bomb guard (:func:`_open_large_jpeg`).
+_PILLOW_GUARD_LOCK = threading.Lock()
+
+
+def _open_large_jpeg(data: bytes) -> Image.Image | None:
+    """``Image.open`` of a JPEG that Pillow's own bomb guard refuses (more than twice its
+    ``MAX_IMAGE_PIXELS``, ~179 MP), with the guard raised to :data:`MAX_JPEG_PIXELS` for this
+    one open (under a lock; every open in sheetcheck checks the size itself afterwards). None
+    when it is no JPEG or larger still."""
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    with _PILLOW_GUARD_LOCK:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = MAX_JPEG_PIXELS // 2 + 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                im = Image.open(io.BytesIO(data))
+        except (Image.DecompressionBombError, UnidentifiedImageError, OSError, ValueError,
+                SyntaxError):
+            return None
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    return im if (im.format or "").upper() in ("JPEG", "MPO") else None
+
+
+def _pixel_limit(im: Image.Image, max_long_side: int | None) -> tuple[int, str]:
+    """The most pixels ``im`` may have, and how to say what the limit is about: a baseline JPEG
+    that DCT scaling reduces to at most :data:`MAX_PIXELS` may have up to
+    :data:`MAX_JPEG_PIXELS`; every other image :data:`MAX_PIXELS`."""
+    w, h = im.size
+    fmt = (im.format or "").upper()
+    if fmt in ("JPEG", "MPO") and max_long_side is not None:
+        d = _dct_denom(max(w, h), max_long_side)
+        if math.ceil(w / d) * math.ceil(h / d) <= MAX_PIXELS:
+            if not im.info.get("progressive"):
+                return MAX_JPEG_PIXELS, "in a JPEG it reads at reduced size"
+            return MAX_PIXELS, "in a progressive JPEG"
+    return MAX_PIXELS, ""
+
+
+def _open(data: bytes, name: str, max_long_side: int | None = None) -> Image.Image:
     if len(data) == 0:
         raise NotAnImageError(f"{name} is empty (0 bytes): there is no photo in it.",
                               hint="The upload or copy probably failed; send the photo again.")
@@ -98,11 +147,17 @@ def _open(data: bytes, name: str) -> Image.Image:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:
+        im = _open_large_jpeg(data)
+        if im is not None and im.size[0] * im.size[1] <= _pixel_limit(im, max_long_side)[0]:
+            return _checked(im, name, max_long_side)
         m = re.search(r"\((\d+) pixels\)", str(e))
         size = f" of {int(m.group(1)) / 1e6:.0f} megapixels" if m else ""
+        limit, what = ((MAX_JPEG_PIXELS, " in a JPEG") if data.startswith(b"\xff\xd8")
+                       else (MAX_PIXELS, ""))
         raise ImageTooLargeError(
-            f"{name} declares an image{size}, far more than the {MAX_PIXELS / 1e6:.0f} megapixels "
-            "sheetcheck decodes (a decompression bomb or a scan at an absurd resolution).",
+            f"{name} declares an image{size}, far more than the {limit / 1e6:.0f} megapixels "
+            f"sheetcheck decodes{what} (a decompression bomb or a scan at an absurd "
+            "resolution).",
             hint=f"Send a normal phone photo of at most {MAX_PIXELS / 1e6:.0f} megapixels.") from None
     except UnidentifiedImageError:
         head = data[:16]
@@ -119,16 +174,23 @@ def _open(data: bytes, name: str) -> Image.Image:
     except (OSError, ValueError, SyntaxError) as e:
         raise CorruptImageError(f"{name} looks like an image but its header is damaged ({e}).",
                                 hint=_RETAKE) from None
+    return _checked(im, name, max_long_side)
+
+
+def _checked(im: Image.Image, name: str, max_long_side: int | None) -> Image.Image:
+    """``im`` (opened, no pixel decoded) when sheetcheck reads its format and size."""
     fmt = (im.format or "").upper()
     if fmt not in ACCEPTED_FORMATS:
         raise NotAnImageError(
             f"{name} is a {fmt or 'unknown'} image, not a photo format sheetcheck reads.",
             hint="Send a photo of the score sheet as JPEG, PNG, WebP or HEIC.")
     w, h = im.size
-    if w * h > MAX_PIXELS:
+    limit, which = _pixel_limit(im, max_long_side)
+    if w * h > limit:
+        what = f" {which}" if which else ""
         raise ImageTooLargeError(
             f"{name} is {w} x {h} px ({w * h / 1e6:.0f} megapixels), more than the "
-            f"{MAX_PIXELS / 1e6:.0f} megapixels sheetcheck decodes.",
+            f"{limit / 1e6:.0f} megapixels sheetcheck decodes{what}.",
             hint="Send a normal phone photo, or reduce the image to at most "
                  f"{MAX_PIXELS / 1e6:.0f} megapixels first.")
     if min(w, h) < MIN_SIDE:
@@ -206,13 +268,14 @@ def decode_photo(data: bytes, *, max_long_side: int | None = 2000,
     CorruptImageError
         Truncated or damaged image data.
     ImageTooLargeError
-        More than :data:`MAX_PIXELS` pixels (checked from the header before decoding), or a
-        decompression bomb.
+        More than :data:`MAX_PIXELS` pixels, or :data:`MAX_JPEG_PIXELS` for a baseline JPEG
+        read at reduced size (checked from the header before decoding), or a decompression
+        bomb.
     """
     if max_long_side is not None and max_long_side < MIN_SIDE:
         raise ValueError(f"max_long_side must be at least {MIN_SIDE}, got {max_long_side!r}")
     data = bytes(data)  # the same object for bytes; a copy of a bytearray or memoryview
-    im = _open(data, name)
+    im = _open(data, name, max_long_side)
     fmt = (im.format or "").upper()
     if fmt == "MPO":  # multi-picture JPEG (some phones): the first frame is the photo
         fmt = "JPEG"
