@@ -349,3 +349,28 @@ def test_the_readings_decision_rule_is_the_rules_own_dict_and_the_readers_to_cha
         next(iter(a["by_mark"].values()))["hand_min"] = -1.0
     b = read_photo(photo.jpeg).details["reader"]["decision"]
     assert b == asdict(rule) and b["hand_min"] == rule.hand_min
+
+
+def test_the_registration_gate_closes_at_1_px_and_the_readers_feature_stays_at_0_8():
+    """``photo_confidence``: the gate (its value) closes at a residual of 1.0 px after
+    refinement; the learned reader's ``registration`` feature keeps the 0.8 px centre it was
+    trained on (session 40). Resolution and locator parts gate as before."""
+    from types import SimpleNamespace
+
+    from vision.pipeline import _sig, photo_confidence
+    loc = SimpleNamespace(quality=0.9)
+
+    def pc(res, pxr=1.2):
+        return photo_confidence(loc, SimpleNamespace(refinement={"residual_px_after": res,
+                                                                  "photo_px_per_frame_px": pxr}))
+    value, parts = pc(0.9)
+    assert parts["registration"] == round(_sig((0.8 - 0.9) / 0.04), 4) < 0.1  # (the feature)
+    assert parts["registration_gate"] == round(_sig((1.0 - 0.9) / 0.04), 4) > 0.9
+    assert value == pytest.approx(parts["registration_gate"], abs=1e-4) and value > 0.5
+    assert pc(1.1)[0] < 0.1 and pc(0.3)[0] > 0.99
+    # the other parts still close the gate on their own
+    assert pc(0.3, pxr=0.4)[0] < 0.01
+    assert photo_confidence(SimpleNamespace(quality=0.2),
+                            SimpleNamespace(refinement={"residual_px_after": 0.3}))[0] < 0.01
+    # no residual measured: as before
+    assert pc(None)[1]["registration"] == pc(None)[1]["registration_gate"] == 0.95
