@@ -456,8 +456,8 @@ def _print_seen(norm, render, mm, p0, p1, wd) -> float:
     """How much of the print under a bar (axis ``p0``-``p1``, width ``wd``, working px) shows
     through its body: the body's darkening (of the paper's level) where ``render`` prints across
     it (rows of the render ``2 * PRINT_MIN_STEP`` darker than its paper there) against its clear
-    rows (3 px or more from the print), over the render's own difference between them. NaN where the render prints
-    nothing across the body (no evidence either way)."""
+    rows (3 px or more from the print), over the render's own difference between them. NaN
+    where the render prints nothing across the body (no evidence either way)."""
     length = float(np.hypot(*(p1 - p0)))
     if length < 2:
         return float("nan")
