@@ -284,6 +284,11 @@ def test_a_200_megapixel_phone_jpeg_is_read_at_reduced_size():
     assert d.image.shape == (1500, 2000, 3) and d.original_size == (w, h)
     assert d.scale == pytest.approx(2000 / w, rel=1e-3)
     assert_quadrants(d.image)
+    # the same size saved progressive (held whole in memory while it decodes): refused, and
+    # told why, though Pillow's own guard stopped it first
+    with pytest.raises(ImageTooLargeError, match="200 megapixels.*in a progressive JPEG"):
+        decode_photo(_big_quadrants_jpeg(w, h, progressive=True))
+    assert Image.MAX_IMAGE_PIXELS == guard
 
 
 def test_a_63_megapixel_jpeg_is_read_reduced_but_not_in_full_nor_when_progressive():

@@ -148,7 +148,7 @@ def _open(data: bytes, name: str, max_long_side: int | None = None) -> Image.Ima
             im = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:
         im = _open_large_jpeg(data)
-        if im is not None and im.size[0] * im.size[1] <= _pixel_limit(im, max_long_side)[0]:
+        if im is not None:  # (its own size check, with the limit that applies to it)
             return _checked(im, name, max_long_side)
         m = re.search(r"\((\d+) pixels\)", str(e))
         size = f" of {int(m.group(1)) / 1e6:.0f} megapixels" if m else ""
