@@ -689,6 +689,12 @@ def rectify_sheet(image: np.ndarray, location: SheetLocation, *, dpi: float = 10
         lvl = 0
         while ratio * (dpi / mdpi) * (pyramid[lvl].shape[1] / ww) >= 2.0:
             # halve the photo (pyrDown low-passes first): index -> (i + 0.5) / 2 - 0.5
+            # (Known, session 40: pyrDown centres its pixel j on its source's pixel 2j, so the
+            # exact map is i / 2; this one, an area average's, leaves every refined sheet
+            # shifted by ~0.2 px at the read dpi in x and y against the simulator's truth.
+            # Corrected, the median true error of easy photos fell 0.49 -> 0.28 px, but
+            # reader-v15, trained on the shifted sheets, read spent 4000000 and 3200000 a
+            # little worse (docs/EVALUATION.md, session 40): correct it with a retrain.)
             lvl += 1
             if lvl == len(pyramid):
                 pyramid.append(cv2.pyrDown(pyramid[-1]))
