@@ -1,26 +1,29 @@
 #!/usr/bin/env python
 """How far the rectified sheet really is from the template, region by region, on simulated
-photos: the rectifier's final map (template frame -> photo) against the simulator's truth.
+photos: the rectifier's result against the simulator's truth.
 
     .venv/bin/python scripts/registration_truth.py PHOTO_OR_DIR [...] [--no-refine] [--json PATH]
 
 For every photo with a ``NAME.truth.json`` (as ``make_corpus.py`` writes them), the photo is
 decoded, located and rectified as ``sheetcheck read`` does (``READ_DPI``), and each readable
-region's centre is taken through the final map to the photo and compared with where the
-simulator put it (``region_centres_px``: its full geometry, lens and curl included). Per photo:
-the refinement's own residual (``residual_px_after``, what the photo gate judges), the median
-and 90th percentile of the true error, its mean shift (x, y), and the median error left once
-that shift is taken out; then the photos' medians by band of residual and the correlation.
-Errors are in px of the rectified sheet at the read dpi.
+region's true content (where the simulator put it: ``region_centres_px``, its full geometry,
+lens and curl included) is found in the rectified sheet and compared with the region's outline
+there. Per photo: the refinement's own residual (``residual_px_after``, what the photo gate
+judges), the median and 90th percentile of the true error, its mean shift (x, y: where the
+sheet's outlines lie against the content they should cover, in the sheet's axes; + is right,
+down), and the median error left once that shift is taken out; then the photos' medians by
+band of residual and the correlation. Errors are in px of the rectified sheet at the read
+dpi.
 
 Why (session 40): the photo gate flagged whole sheets read right for a residual over 0.8 px;
 this measure showed the residual did not rank the true error (correlation 0.04 on 204 easy and
 typical photos of spent 4100000), and that every refined sheet shared a shift of ~0.2 px
 (``--no-refine``: none), which led to the pyramid convention noted in ``vision/rectify.py``.
 
-Conventions: the simulator centres pixel (i, j) at (j + 0.5, i + 0.5); the rectifier's map gives
-decoded pixel indices (centres at integers), so a decoded index v is at (v + 0.5) / scale in the
-photo's own pixels.
+The measure is the one tests/test_vision_rectify.py makes of its bent pages: each region's true
+position taken back through the located homography, then through the local correction
+(``vision.rectify.frame_position``), against its outline in the frame. The simulator's pixel
+(i, j) spans [j, j + 1) x [i, i + 1), as the homography's photo coordinates do.
 """
 
 from __future__ import annotations
@@ -39,55 +42,29 @@ sys.path.insert(0, str(ROOT))
 BANDS = (0.0, 0.4, 0.6, 0.8, 1.0, float("inf"))
 
 
-def _bilinear(mp: np.ndarray, x: float, y: float) -> np.ndarray:
-    """``mp`` (h, w, 2) at the continuous index (x, y), edges clamped."""
-    h, w = mp.shape[:2]
-    x = min(max(x, 0.0), w - 1.0)
-    y = min(max(y, 0.0), h - 1.0)
-    x0, y0 = min(int(x), w - 2), min(int(y), h - 2)
-    ax, ay = x - x0, y - y0
-    return ((1 - ax) * (1 - ay) * mp[y0, x0] + ax * (1 - ay) * mp[y0, x0 + 1]
-            + (1 - ax) * ay * mp[y0 + 1, x0] + ax * ay * mp[y0 + 1, x0 + 1])
-
-
 def measure(photo: Path, *, refine: bool = True) -> dict:
     """The true registration error of one simulated photo (see the module's docstring)."""
-    import vision.rectify as R
+    from vision._geom_render import project
     from vision.decode import load_photo
     from vision.locate import locate_sheet
     from vision.pipeline import READ_DPI
+    from vision.rectify import frame_position, rectify_sheet
 
     truth = json.loads(photo.with_name(photo.stem + ".truth.json").read_text())
     decoded = load_photo(photo)
     location, _ = locate_sheet(decoded.image, defer_checks=True)
-    captured = {}
-    original = R._photo_maps
-
-    def capture(M, size, displacement, *, step=8, with_coarse=False):
-        out = original(M, size, displacement, step=step, with_coarse=with_coarse)
-        if with_coarse:  # (the final map: rectify_sheet's finish)
-            captured["map"] = out[0]
-        return out
-    R._photo_maps = capture
-    try:
-        rect = R.rectify_sheet(decoded.image, location, dpi=READ_DPI, refine=refine)
-    finally:
-        R._photo_maps = original
-    mp = captured["map"]
+    rect = rectify_sheet(decoded.image, location, dpi=READ_DPI, refine=refine)
     h, w = decoded.image.shape[:2]
-    sx, sy = w / decoded.original_size[0], h / decoded.original_size[1]
+    scale = np.array([w / decoded.original_size[0], h / decoded.original_size[1]])
     k = READ_DPI / 25.4
-    # frame px per photo px (the map's local scale: photo_px_per_frame_px is in decoded px)
-    per = (0.5 * (sx + sy)) / float(rect.refinement["photo_px_per_frame_px"])
-    errors = []
-    for region in location.template.readable_regions():
-        if region.id not in truth["region_centres_px"]:
-            continue
-        c = np.asarray(region.shape.centre(), float) * k - 0.5  # frame index
-        v = _bilinear(mp, float(c[0]), float(c[1]))  # decoded index (x, y)
-        at = np.array([(v[0] + 0.5) / sx, (v[1] + 0.5) / sy])
-        errors.append((at - np.asarray(truth["region_centres_px"][region.id], float)) * per)
-    e = np.asarray(errors)
+    ids = [r.id for r in location.template.readable_regions()
+           if r.id in truth["region_centres_px"]]
+    centres = np.array([location.template.region(i).shape.centre() for i in ids], float)
+    true_px = np.array([truth["region_centres_px"][i] for i in ids], float) * scale
+    # where the plain warp puts each region's true content, then where the local correction
+    # moves it (vision.rectify.frame_position), against where its outline is
+    content = frame_position(rect, k * project(np.linalg.inv(location.homography), true_px))
+    e = k * centres - content  # (+x: the outline, what is read, lies right of the content)
     shift = e.mean(axis=0)
     size = np.hypot(e[:, 0], e[:, 1])
     left = np.hypot(*(e - shift).T)
