@@ -238,11 +238,7 @@ def test_a_bar_hides_the_print_it_lies_on(pencil_photo):
     import vision.objects as O
     _, data, _ = pencil_photo
     image, valid, expected = _rectified(data)
-    g = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-    levels, mm = O._working_frame(g.shape, DPI)
-    for _ in range(levels):
-        g = cv2.pyrDown(g)
-    norm = g.astype(np.float32) * (O.PAPER_LEVEL / O._paper_light(g, mm))
+    norm, mm = O._working_grey(image, DPI)
     render = O.print_render(expected, DPI)
     (bar,) = find_bars(image, expected, DPI, valid=valid)
     k = DPI / 25.4 / mm  # (frame px per working px)

@@ -210,6 +210,18 @@ def _paper_light(g: np.ndarray, mm: float) -> np.ndarray:
     return np.maximum(cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR), 8.0)
 
 
+def _working_grey(image: np.ndarray, dpi: float) -> tuple[np.ndarray, float]:
+    """``(norm, mm)``: the photo ``image`` (RGB or grey, at ``dpi``) in grey, halved (Gaussian
+    pyramid) to the nearest of ``WORK_PX_PER_MM`` and divided by the paper's light
+    (:func:`_paper_light`, paper at ``PAPER_LEVEL``), float32; ``mm``: its px per mm."""
+    image = np.asarray(image)
+    g = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+    levels, mm = _working_frame(g.shape, dpi)
+    for _ in range(levels):
+        g = cv2.pyrDown(g)
+    return g.astype(np.float32) * (PAPER_LEVEL / _paper_light(g, mm)), mm
+
+
 def _runs(on: np.ndarray, gap: int) -> list[tuple[int, int]]:
     """(start, stop) of the runs of ``on`` with gaps of at most ``gap`` rows bridged."""
     idx = np.flatnonzero(on)
@@ -248,14 +260,8 @@ def find_bars(image: np.ndarray, expected: np.ndarray, dpi: float, *,
     list of Bar
         Strongest first; empty when nothing bar-shaped lies on the sheet.
     """
-    image = np.asarray(image)
-    g = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-    # halved (Gaussian pyramid) to the nearest of WORK_PX_PER_MM
-    levels, mm = _working_frame(g.shape, dpi)  # (mm: working px per mm)
-    for _ in range(levels):
-        g = cv2.pyrDown(g)
-    h, w = g.shape
-    norm = g.astype(np.float32) * (PAPER_LEVEL / _paper_light(g, mm))
+    norm, mm = _working_grey(image, dpi)  # (mm: working px per mm)
+    h, w = norm.shape
     norm8 = np.clip(norm, 0, 255).astype(np.uint8)
     edges = cv2.Canny(norm8, CANNY_LOW, CANNY_HIGH, L2gradient=True)
     # the print's own edges out: an edge pixel near an edge of the render of the same
