@@ -454,15 +454,18 @@ def photo_confidence(location, rect) -> tuple[float, dict]:
     ref = rect.refinement if isinstance(rect.refinement, Mapping) else {}
     res = ref.get("residual_px_after", ref.get("residual_px_before"))
     pxr = ref.get("photo_px_per_frame_px")
-    known = res is not None and np.isfinite(res)
+
+    def registration(centre: float) -> float:
+        return (_sig((centre - float(res)) / 0.04) if res is not None and np.isfinite(res)
+                else 0.95)
     parts = {}
     # Each part is ~1 while the geometry is sound and falls through the review threshold
     # only past its limit: the cap is a gate for bad photos, not a tax on good ones.
-    parts["registration"] = _sig((REGISTRATION_FEATURE_PX - float(res)) / 0.04) if known else 0.95
+    parts["registration"] = registration(REGISTRATION_FEATURE_PX)
     parts["resolution"] = _sig((float(pxr) - 0.48) / 0.015) if pxr is not None else 1.0
     # (the locator gives quality <= 0.3 to an identification it is unsure of)
     parts["locate"] = _sig((float(location.quality) - 0.35) / 0.03)
-    parts["registration_gate"] = _sig((REGISTRATION_GATE_PX - float(res)) / 0.04) if known else 0.95
+    parts["registration_gate"] = registration(REGISTRATION_GATE_PX)
     cap = min(parts["registration_gate"], parts["resolution"], parts["locate"])
     return float(cap), {k: round(v, 4) for k, v in parts.items()}
 
