@@ -12,7 +12,8 @@ from vision.learned import DecisionRule
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN,
                           COLOUR_SURE_HAND, COLOUR_SURE_LEARNED, REVIEW_THRESHOLD,
                           ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED, SURE_FLOORS, SURE_KIND_FLOORS,
-                          RegionReading, _confirm_blank, _confirm_sure)
+                          LEARNED_FLOORS, RegionReading, _confirm_blank, _confirm_sure,
+                          _learned_floors)
 from vision.pipeline import read_photo
 
 RULE = DecisionRule(photo_gate=0.5, photo_doubt_max=1.0)
@@ -276,3 +277,46 @@ def test_on_a_real_photo_empty_routes_both_readers_are_sure_of_are_confirmed(tmp
         assert a.features["hand_confidence"] >= ROUTE_EMPTY_HAND
         assert a.features["learned_confidence"] >= ROUTE_EMPTY_LEARNED
     assert len(with_rule.flagged) == len(without.flagged) - len(changed)
+
+
+def _floored(*, kind="treasure", mark="empty", learned_conf=0.995, review=False):
+    rd = RegionReading(f"{kind}.1", kind, mark, 0.995, review, ((mark, learned_conf),),
+                       {"hand_mark": mark, "hand_confidence": 0.9933, "learned_mark": mark,
+                        "learned_confidence": learned_conf}, "low confidence" if review else "")
+    return rd, _learned_floors([rd], review_threshold=REVIEW_THRESHOLD)[0]
+
+
+def test_a_confident_empty_treasure_needs_the_learned_reader_at_its_floor():
+    """Session 41: the hand reader cannot tell a thin crossing on a treasure's print from none,
+    so a confident "empty" treasure needs the learned reader at LEARNED_FLOORS' 0.997."""
+    floor = LEARNED_FLOORS[("treasure", "empty")]
+    assert floor == 0.997
+    rd, out = _floored(learned_conf=0.995)
+    assert out.review and out.mark == "empty" and out.confidence < REVIEW_THRESHOLD
+    assert "0.995 sure of this empty treasure, under the 0.997" in out.reason
+    rd, out = _floored(learned_conf=floor)
+    assert out is rd and not out.review
+    # other marks and kinds, and readings already flagged, are left as they are
+    for change in ({"kind": "box"}, {"mark": "purple"}, {"review": True}):
+        rd, out = _floored(**change)
+        assert out is rd, change
+
+
+def test_on_a_real_photo_a_thin_crossing_on_a_treasure_is_not_read_empty_confidently(
+        tmp_path, monkeypatch):
+    """Photo 4500273 of the fresh default corpus 4500000 (reefs-1, easy, markers; session 41's
+    forty-third measurement): treasure.14 is crossed out with one thin, pale slash over its
+    print. Both readers read it "empty" (hand 0.9933, learned 0.995), confident by the model's
+    own thresholds; the floor flags it, and changes nothing else but empty treasures the
+    learned reader is less sure of than 0.997."""
+    from test_vision_stains import corpus_photo
+    photo, truth = corpus_photo(tmp_path, 4500000, 300, 4500273, ("reefs-1", "easy", True))
+    assert truth["marks"]["treasure.14"] == "crossed"
+    with_rule, without, changed = _read_with_and_without(photo, monkeypatch, "LEARNED_FLOORS", {})
+    b = without.readings["treasure.14"]
+    assert b.mark == "empty" and not b.review  # the confident error the floor is there for
+    assert "treasure.14" in changed
+    for rid in changed:
+        a, b = with_rule.readings[rid], without.readings[rid]
+        assert a.kind == "treasure" and a.mark == b.mark == "empty" and a.review and not b.review
+        assert a.features["learned_confidence"] < LEARNED_FLOORS[("treasure", "empty")]
