@@ -293,7 +293,10 @@ def test_a_confident_empty_treasure_needs_the_learned_reader_at_its_floor():
     assert floor == 0.997
     rd, out = _floored(learned_conf=0.995)
     assert out.review and out.mark == "empty" and out.confidence < REVIEW_THRESHOLD
-    assert "0.995 sure of this empty treasure, under the 0.997" in out.reason
+    assert out.reason == "low confidence (empty treasure: learned 0.9950, under its floor 0.997)"
+    # (counted with the other low-confidence flags by `sheetcheck eval`)
+    from sheetcheck.commands.eval import _reason_category
+    assert _reason_category(out.reason) == "low confidence"
     rd, out = _floored(learned_conf=floor)
     assert out is rd and not out.review
     # other marks and kinds, and readings already flagged, are left as they are

@@ -1868,8 +1868,8 @@ def _learned_floors(readings: list, *, review_threshold: float) -> list:
         if out is readings:
             out = list(readings)
         out[i] = _flagged(rd, review_threshold,
-                          f"low confidence: the learned reader is {p:.3f} sure of this "
-                          f"{rd.mark} {rd.kind}, under the {floor} it must be")
+                          f"low confidence ({rd.mark} {rd.kind}: learned {p:.4f}, under its "
+                          f"floor {floor})")
     return out
 
 
