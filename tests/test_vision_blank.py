@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -280,9 +282,8 @@ def test_on_a_real_photo_empty_routes_both_readers_are_sure_of_are_confirmed(tmp
 
 
 def _floored(*, kind="treasure", mark="empty", learned_conf=0.995, review=False):
-    rd = RegionReading(f"{kind}.1", kind, mark, 0.995, review, ((mark, learned_conf),),
-                       {"hand_mark": mark, "hand_confidence": 0.9933, "learned_mark": mark,
-                        "learned_confidence": learned_conf}, "low confidence" if review else "")
+    both, _ = _pair(kind=kind, hand_mark=mark, learned_mark=mark, learned_conf=learned_conf)
+    rd = both if review else dataclasses.replace(both, confidence=0.995, review=False, reason="")
     return rd, _learned_floors([rd], review_threshold=REVIEW_THRESHOLD)[0]
 
 
