@@ -34,14 +34,16 @@ def _script(name: str):
 
 
 def corpus_photo(out: Path, corpus_seed: int, count: int, seed: int,
-                 expect: tuple | None = None) -> tuple[Path, dict]:
-    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count``, made
-    again in ``out``: (its path, its truth). ``expect``: its (template, preset, markers)."""
+                 expect: tuple | None = None, *, painter: str = "default",
+                 cross_rate: float = 0.0) -> tuple[Path, dict]:
+    """Photo ``seed`` of the corpus ``make_corpus.py --seed corpus_seed --count count
+    [--painter painter] [--cross-rate cross_rate]``, made again in ``out``: (its path, its
+    truth). ``expect``: its (template, preset, markers)."""
     mc = _script("make_corpus")
     (tid, preset, markers, s), = [p for p in mc.plan(count, corpus_seed) if p[3] == seed]
     if expect is not None:
         assert (tid, preset, markers) == expect
-    stem, _, _ = mc.make_one((tid, preset, markers, s, str(out), "default", {}, 0.0))
+    stem, _, _ = mc.make_one((tid, preset, markers, s, str(out), painter, {}, cross_rate))
     return out / f"{stem}.jpg", json.loads((out / f"{stem}.truth.json").read_text())
 
 

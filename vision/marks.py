@@ -830,6 +830,7 @@ def prepare(model: SheetModel) -> None:
     per_model(model, "print_seen", _print_seen_geometry)
     per_model(model, "stains", _stain_geometry)
     per_model(model, "beside_routes", _beside_route_geometry)
+    per_model(model, "through", _through_geometry)
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
@@ -1795,6 +1796,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     readings = _check_print_seen(readings, regions, seen, review_threshold)
     readings = _check_stains(readings, regions, stains, review_threshold)
     readings = _check_beside_routes(readings, regions, sample, model, th, valid, review_threshold)
+    readings = _check_through(readings, regions, sample, model, th, valid, review_threshold)
     return SheetMarks(readings, pal, {**th, "photo_confidence": float(photo_confidence)}, matrix,
                       tuple(zip(sampled, samples)), tuple(sorted(left_out)),
                       () if stains is None else stains.objects)
@@ -3222,6 +3224,275 @@ def _check_beside_routes(readings: dict, regions, sample, model: SheetModel,
         out[r.id] = _flagged(readings[r.id], review_threshold,
                              f"a stroke beside the route ({int(stretches[i])} of {BESIDE_BINS} "
                              "stretches along it inked): it may be this route drawn off its line")
+    return out
+
+
+#: :func:`_check_through`: a confident "empty" region that one straight stroke runs through,
+#: on past its outline on both sides, is flagged: a crossing-out the readers did not see inside
+#: the region (a thin slash over a symbol's corner, or over a box whose print and the guard
+#: around it leave them little to read). The stroke is looked for on lines through the region
+#: (``THROUGH_ANGLES`` directions, each at ``THROUGH_OFFSETS`` of the region's half-width
+#: across it), on the paper beyond its outline: ``THROUGH_BINS`` steps of ``THROUGH_STEP_MM``
+#: from ``THROUGH_GAP_MM`` out, each step a short stretch across the line (``THROUGH_BAND_MM``
+#: either side: a pencil's slash is neither straight nor in one of the directions tried),
+#: clear of print (``THROUGH_PRINT_MM``: a photo's blur spreads print that far in faint ink)
+#: and of every other region (``THROUGH_OTHER_MM``). Ink is the faint test (the readers' own
+#: half margins, ``chroma_faint`` and ``dark_l_faint``), used, as everywhere, only to doubt
+#: an "empty" reading. Treasures and entry points are left out: a route drawn to them runs on
+#: through them (a Reefs node), with no crossing-out.
+THROUGH_KINDS = ("box", "symbol", "star", "propeller")
+THROUGH_ANGLES = 24
+THROUGH_OFFSETS = (-0.6, -0.3, 0.0, 0.3, 0.6)
+THROUGH_GAP_MM = 0.3
+THROUGH_STEP_MM = 0.4
+THROUGH_BINS = 6
+THROUGH_BAND_MM = 0.6
+THROUGH_PRINT_MM = 0.7
+THROUGH_OTHER_MM = 0.6
+#: a side counts when at least this many of its steps have clear paper, ...
+THROUGH_MIN_VALID = 3
+#: the first this many of them (from the outline out) hold ink, ...
+THROUGH_NEAR = 2
+#: ... and this share of them hold ink (both sides)
+THROUGH_MIN_SHARE = 0.75
+
+
+class _Through(NamedTuple):
+    """:func:`_check_through`'s samples on one model (:func:`_through_geometry`)."""
+
+    regions: np.ndarray   # (Q,) the regions with lines, indices into model.region_ids
+    upix: np.ndarray      # (U,) flat pixel indices: each region's distinct pixels in turn
+    ustart: np.ndarray    # (Q + 1,) where each region's pixels start in upix
+    slot: np.ndarray      # (U,) each pixel's place in the padded list: each region's pixels
+                          # then one slot that stays False (ink never seen there)
+    pstart: np.ndarray    # (Q,) where each region starts in the padded list
+    dense: np.ndarray     # (Q, lines, 2, THROUGH_BINS, samples) int16: each sample's pixel,
+                          # an index into its region's pixels (its pad slot: not clear paper)
+    nv: np.ndarray        # (Q, lines, 2): clear steps on each side of each line
+    near: np.ndarray      # (Q, lines, 2, THROUGH_BINS) bool: among the first THROUGH_NEAR
+                          # clear steps of its side
+    # the first pass, on the pixels of those steps only (a line whose sides are not inked
+    # there scores 0, and so does a region with no other line: most regions)
+    npix: np.ndarray      # (N,) flat pixel indices: each region's near steps' pixels in turn
+    nstart: np.ndarray    # (Q + 1,) where each region's pixels start in npix
+    nslot: np.ndarray     # (N,) each pixel's place in the padded list (as ``slot``)
+    npstart: np.ndarray   # (Q,) where each region starts in that padded list
+    ndense: np.ndarray    # (Q, lines, 2, THROUGH_NEAR, samples) int16: indices into the
+                          # region's near pixels (its pad slot: not clear paper)
+    usable: np.ndarray    # (Q, lines) bool: THROUGH_MIN_VALID clear steps on both sides
+
+
+def _through_geometry(model: SheetModel) -> _Through:
+    """The samples of :func:`_check_through` on ``model``: for each region of
+    ``THROUGH_KINDS`` that can be crossed out, its lines' steps and each step's samples, as
+    indices into the region's own distinct pixels (a photo samples each pixel once). Built
+    once per model."""
+    H, W = model.shape
+    k = model.dpi / 25.4
+    _, d_print = per_model(model, "clearances", _clearances)
+    regions = [model.template.region(rid) for rid in model.region_ids]
+    polys = [_region_polygon_px(r, k) for r in regions]
+    all_regions = np.zeros((H, W), np.uint8)
+    for p in polys:
+        _fill(all_regions, p)
+    gap, step, band = THROUGH_GAP_MM * k, THROUGH_STEP_MM * k, THROUGH_BAND_MM * k
+    other_gap, print_gap = THROUGH_OTHER_MM * k, THROUGH_PRINT_MM * k
+    ang = np.pi * np.arange(THROUGH_ANGLES) / THROUGH_ANGLES
+    U = np.stack([np.cos(ang), np.sin(ang)], axis=1)        # (A, 2) along each line
+    N = np.stack([-U[:, 1], U[:, 0]], axis=1)               # (A, 2) across it
+    fo = np.asarray(THROUGH_OFFSETS, float)
+    dts = np.array([-step / 4, step / 4])                   # two samples along a step ...
+    ws = np.linspace(-band, band, 5)                        # ... by five across the line
+    steps = np.arange(THROUGH_BINS)
+    reach = gap + (THROUGH_BINS + 0.5) * step + band + 2
+    L = THROUGH_ANGLES * len(fo)
+    which, upix, ustart, dense, nv, near = [], [], [0], [], [], []
+    npix, nstart, ndense, usable = [], [0], [], []
+    for i, (r, poly) in enumerate(zip(regions, polys)):
+        if r.kind not in THROUGH_KINDS or "crossed" not in r.marks or r.shape.type == "segment":
+            continue
+        lo = np.floor(poly.min(axis=0) - reach).astype(int)
+        hi = np.ceil(poly.max(axis=0) + reach).astype(int)
+        x0, y0, x1, y1 = max(lo[0], 0), max(lo[1], 0), min(hi[0], W), min(hi[1], H)
+        if x1 <= x0 or y1 <= y0:
+            continue
+        own = np.zeros((y1 - y0, x1 - x0), np.uint8)
+        _fill(own, poly - [x0, y0])
+        others = all_regions[y0:y1, x0:x1].copy()
+        others[own > 0] = 0
+        d_other = cv2.distanceTransform(1 - others, cv2.DIST_L2, 5)
+        clear = (d_other >= other_gap) & (d_print[y0:y1, x0:x1] >= print_gap) & (own == 0)
+        c = (poly.min(axis=0) + poly.max(axis=0)) / 2
+        half = np.abs((poly - c) @ N.T).max(axis=0)           # (A,) half-width across
+        radius = float(np.hypot(*(poly.max(axis=0) - poly.min(axis=0)))) / 2 + 2
+        ts = np.arange(-radius, radius, 0.5)
+        # where each line (A, F) enters and leaves the region, at 0.5 px
+        base = c + (fo[None, :, None] * half[:, None, None]) * N[:, None, :]    # (A, F, 2)
+        pts = base[:, :, None, :] + ts[None, None, :, None] * U[:, None, None, :]
+        xi = np.clip(np.floor(pts[..., 0]).astype(int) - x0, 0, x1 - x0 - 1)
+        yi = np.clip(np.floor(pts[..., 1]).astype(int) - y0, 0, y1 - y0 - 1)
+        inside = own[yi, xi] > 0                                              # (A, F, T)
+        hit = inside.any(axis=2)
+        t_hi = np.where(inside, ts, 0.0).max(axis=2, initial=0.0)
+        t_lo = np.where(inside, ts, 0.0).min(axis=2, initial=0.0)
+        flat = []
+        for t_end, sgn in ((t_hi, 1.0), (t_lo, -1.0)):
+            t = t_end[:, :, None] + sgn * (gap + (steps + 0.5) * step)[None, None, :]
+            t = t[..., None] + dts                                             # (A, F, B, 2)
+            P = (base[:, :, None, None, None, :]
+                 + t[..., None, None] * U[:, None, None, None, None, :]
+                 + ws[None, None, None, None, :, None] * N[:, None, None, None, None, :])
+            x = np.floor(P[..., 0]).astype(int)
+            y = np.floor(P[..., 1]).astype(int)
+            ok = hit[:, :, None, None, None] & (x >= x0) & (x < x1) & (y >= y0) & (y < y1)
+            ok[ok] = clear[y[ok] - y0, x[ok] - x0]
+            flat.append(np.where(ok, y * W + x, -1).reshape(L, THROUGH_BINS, -1))
+        pix = np.stack(flat, axis=1)                          # (L, 2, B, S) flat px or -1
+        if not (pix >= 0).any():
+            continue
+        u, inv = np.unique(pix[pix >= 0], return_inverse=True)
+        if u.size >= np.iinfo(np.int16).max:
+            raise ValueError(f"region {r.id}: {u.size} pixels around it, too many for int16")
+        d = np.full(pix.shape, u.size, np.int16)              # (the pad slot)
+        d[pix >= 0] = inv
+        which.append(i)
+        upix.append(u)
+        ustart.append(ustart[-1] + u.size)
+        dense.append(d)
+        ok = (pix >= 0).any(axis=3)
+        nv.append(ok.sum(axis=2))
+        near.append(ok & (np.cumsum(ok, axis=2) <= THROUGH_NEAR))
+        # the first THROUGH_NEAR clear steps of each side (clear steps first, in order)
+        first = np.argsort(~ok, axis=2, kind="stable")[:, :, :THROUGH_NEAR]
+        npx = np.take_along_axis(pix, first[..., None], axis=2)    # (L, 2, NEAR, S)
+        usable.append((nv[-1] >= THROUGH_MIN_VALID).all(axis=1))
+        npx[~usable[-1]] = -1
+        nu, ninv = np.unique(npx[npx >= 0], return_inverse=True)
+        nd = np.full(npx.shape, nu.size, np.int16)
+        nd[npx >= 0] = ninv
+        npix.append(nu)
+        nstart.append(nstart[-1] + nu.size)
+        ndense.append(nd)
+    ustart, nstart = np.asarray(ustart, np.int64), np.asarray(nstart, np.int64)
+    slot, pstart = _padded_slots(ustart)
+    nslot, npstart = _padded_slots(nstart)
+    S = dts.size * ws.size
+    shape = (0, L, 2, THROUGH_BINS, S)
+
+    def stack(arrays, empty_shape, dtype):
+        return np.stack(arrays) if arrays else np.zeros(empty_shape, dtype)
+    z = np.zeros(0, np.int64)
+    return _Through(np.asarray(which, np.int64), np.concatenate(upix) if upix else z, ustart,
+                    slot, pstart, stack(dense, shape, np.int16), stack(nv, shape[:3], np.int64),
+                    stack(near, shape[:4], bool), np.concatenate(npix) if npix else z, nstart,
+                    nslot, npstart, stack(ndense, (0, L, 2, THROUGH_NEAR, S), np.int16),
+                    stack(usable, shape[:2], bool))
+
+
+def _padded_slots(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For lists laid end to end (``start``: (Q + 1,) where each begins), each item's place
+    in the same lists with one pad slot after each, and where each list begins there."""
+    sizes = np.diff(start)
+    return (np.arange(start[-1]) + np.repeat(np.arange(sizes.size), sizes),
+            start[:-1] + np.arange(sizes.size))
+
+
+def _faint_ink(sample, pix: np.ndarray, keep: np.ndarray, th: Mapping[str, float],
+               valid) -> np.ndarray:
+    """The faint ink test (:func:`_check_through`) on ``pix[keep]``."""
+    lab = linear_to_lab(sample(pix, keep=keep))
+    Lc, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
+    ink = (((C > th["chroma_faint"]) & (C > 0.3 * np.maximum(100.0 - Lc, 0.0)))
+           | (Lc < th["dark_l_faint"]))
+    if valid is not None:
+        ink &= np.asarray(valid, bool).reshape(-1)[pix[keep]]
+    return ink
+
+
+def through_scores(sample, model: SheetModel, th: Mapping[str, float], valid,
+                   watch: np.ndarray) -> np.ndarray:
+    """Per region (``model.region_ids`` order) in ``watch``, the best line's share of inked
+    steps on its less inked side (:func:`_check_through`); 0 where no line has
+    ``THROUGH_MIN_VALID`` clear steps on both sides, and for regions not watched."""
+    out = np.zeros(len(model.region_ids))
+    g = per_model(model, "through", _through_geometry)
+    q = np.flatnonzero(watch[g.regions]) if g.regions.size else g.regions
+    if q.size == 0:
+        return out
+    # first the pixels of each line's first clear steps, next to the outline: a region none
+    # of whose lines has them inked on both sides scores 0 (most regions)
+    w = watch[g.regions]
+    keep = np.repeat(w, np.diff(g.nstart))
+    padded = np.zeros(g.npix.size + g.regions.size, bool)
+    padded[g.nslot[keep]] = _faint_ink(sample, g.npix, keep, th, valid)
+    at = g.ndense[q].astype(np.int32)
+    at += g.npstart[q].astype(np.int32)[:, None, None, None, None]
+    lines = padded[at].any(axis=4).all(axis=(2, 3)) & g.usable[q]     # (regions, lines)
+    c = q[lines.any(axis=1)]
+    if c.size == 0:
+        return out
+    # then every pixel of those regions' lines (sampled once each; through the whole list's
+    # interpolation taps, computed once per model's list)
+    w = np.zeros_like(w)
+    w[c] = True
+    keep = np.repeat(w, np.diff(g.ustart))
+    padded = np.zeros(g.upix.size + g.regions.size, bool)
+    padded[g.slot[keep]] = _faint_ink(sample, g.upix, keep, th, valid)
+    at = g.dense[c].astype(np.int32)
+    at += g.pstart[c].astype(np.int32)[:, None, None, None, None]
+    inked = padded[at].any(axis=4)                            # (regions, lines, 2, steps)
+    # a side counts only with its first clear steps, next to the outline, all inked: a
+    # stroke through the region leaves it there, a neighbour's fill running over its own
+    # outline stops short of it
+    from_outline = ~(g.near[c] & ~inked).any(axis=3)
+    nv = g.nv[c]
+    share = np.where((nv >= THROUGH_MIN_VALID) & from_outline,
+                     inked.sum(axis=3) / np.maximum(nv, 1), 0.0)
+    out[g.regions[c]] = share.min(axis=2).max(axis=1)
+    return out
+    at = g.dense[c].astype(np.int32)
+    at += g.pstart[c].astype(np.int32)[:, None, None, None, None]
+    inked = padded[at].any(axis=4)                            # (regions, lines, 2, steps)
+    # a side counts only with its first clear steps, next to the outline, all inked: a
+    # stroke through the region leaves it there, a neighbour's fill running over its own
+    # outline stops short of it
+    from_outline = ~(g.near[c] & ~inked).any(axis=3)
+    nv = g.nv[c]
+    share = np.where((nv >= THROUGH_MIN_VALID) & from_outline,
+                     inked.sum(axis=3) / np.maximum(nv, 1), 0.0)
+    out[g.regions[c]] = share.min(axis=2).max(axis=1)
+    return out
+
+
+def _check_through(readings: dict, regions, sample, model: SheetModel, th: Mapping[str, float],
+                   valid, review_threshold: float) -> dict:
+    """Flag a confident "empty" region that a straight stroke runs through (see
+    ``THROUGH_KINDS``): a crossing-out the readers did not see inside it.
+
+    Why (sessions 42-43): on the recipe's crossed-out dev corpora (a varied painter, a third
+    of the regions crossed out) eleven crossings-out were read "empty" at 0.985-0.998, among
+    them Crypts symbols slashed across a corner with a thin pale graphite line (the guard
+    around the symbol's thick outline leaves the readers a few pixels in its middle, which the
+    slash missed) and Reefs treasure boxes with a pale cross over their grey print. The
+    constants were chosen on that corpus (xcal94000: 5 of its 12 confident errors flagged, 28
+    right readings flagged) and on the spent 4600000 (23 right readings flagged on half of
+    it); a stroke drawn along a symbol that stops inside its outline on one side, or one
+    broken by the pencil's grain into short dashes, is still missed (docs/EVALUATION.md,
+    "Sessions 42-43")."""
+    watch = np.array([readings[r.id].mark == "empty" and not readings[r.id].review
+                      for r in regions], bool)
+    if not watch.any():
+        return readings
+    score = through_scores(sample, model, th, valid, watch)
+    out = readings
+    for i in np.nonzero(watch & (score >= THROUGH_MIN_SHARE))[0]:
+        r = regions[int(i)]
+        if out is readings:
+            out = dict(readings)
+        out[r.id] = _flagged(readings[r.id], review_threshold,
+                             f"a stroke runs through it ({score[i]:.0%} of the paper on its "
+                             "fainter side inked): it may be crossed out",
+                             through_share=float(score[i]))
     return out
 
 
