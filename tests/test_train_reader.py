@@ -97,14 +97,19 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
                                      (3800299, 1350119), (3900299, 1360119),
                                      (4000299, 1370119), (4200299, 1380119),
                                      (4300299, 1390119), (4400299, 1410119),
-                                     (4500299, 1420119), (4600299, 1430119)):
+                                     (4500299, 1420119), (4600299, 1430119),
+                                     (4700299, 1440119), (4900299, 1460119),
+                                     (5100299, 1480119)):
         assert reader_dataset.seed_allowed(default_end) and reader_dataset.seed_allowed(heldout_end)
         assert not reader_dataset.seed_allowed(default_end + 1)
         assert not reader_dataset.seed_allowed(heldout_end + 1)
     assert reader_dataset.seed_allowed(4100299)  # (session 38's pencil probe; no held-out pair)
     assert not reader_dataset.seed_allowed(4100300)
-    assert not reader_dataset.seed_allowed(4700000)  # the next fresh measurement: never
-    assert not reader_dataset.seed_allowed(1440000)  # the next held-out one (1400000: default's)
+    # (crossed out at rate 0.3, sessions 42-43: default and held-out painters)
+    for end in (4800119, 5000119, 5200119, 1450119, 1470119, 1490119):
+        assert reader_dataset.seed_allowed(end) and not reader_dataset.seed_allowed(end + 1)
+    assert not reader_dataset.seed_allowed(5300000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(1510000)  # the next held-out one (1500000: default's)
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
     # train_reader refuses their painter for calibration, below)
     assert reader_dataset.seed_allowed(1150119) and reader_dataset.seed_allowed(1170000)
@@ -122,7 +127,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [4700001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [5300001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):  # (spent since session 24, held-out)
@@ -261,12 +266,12 @@ def test_a_corpus_whose_every_photo_is_refused_gives_a_clear_error_and_no_file(t
     root = Path(__file__).resolve().parents[1]
     folder = tmp_path / "fresh"
     folder.mkdir()
-    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s4700001.jpg")
+    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s5300001.jpg")
     truth = json.loads((root / "sample_photos" / "crypts-1-easy-s1.truth.json").read_text())
-    truth["seed"] = 4700001  # (the next fresh measurement's: never read for the reader)
-    (folder / "crypts-1-easy-s4700001.truth.json").write_text(json.dumps(truth))
+    truth["seed"] = 5300001  # (the next fresh measurement's: never read for the reader)
+    (folder / "crypts-1-easy-s5300001.truth.json").write_text(json.dumps(truth))
     out = tmp_path / "rows.npz"
     assert reader_dataset.main([str(folder), "--out", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "no photo gave rows (1 skipped: seed 4700001 not allowed" in err
+    assert "no photo gave rows (1 skipped: seed 5300001 not allowed" in err
     assert not out.exists()
