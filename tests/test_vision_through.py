@@ -29,11 +29,11 @@ def _sheet(tid: str):
     return model, linear, th
 
 
-def _scores(model, linear, th, watch=None):
+def _scores(model, linear, th, watch=None, marked=None):
     flat = linear.reshape(-1, 3)
     watch = np.ones(len(model.region_ids), bool) if watch is None else watch
     return M.through_scores(lambda idx, keep=None: flat[idx if keep is None else idx[keep]],
-                            model, th, None, watch)
+                            model, th, None, watch, marked)
 
 
 def _slash(linear, model, rid, *, angle_deg, before_mm, after_mm, grey=0.8, width_px=2):
@@ -90,6 +90,32 @@ def test_a_pale_slash_through_a_symbol_is_found_and_an_overshoot_is_not():
     short = slashed.copy()
     short[near] = linear[near]
     assert _scores(model, short, th)[i] < M.THROUGH_MIN_SHARE
+
+
+def test_an_empty_box_between_two_overfilled_ones_is_no_crossing_out():
+    # (the bundled sample crypts-2-easy-s4: points.row6.2, empty, between a purple and an
+    # orange box whose fills run over into the narrow gaps on both sides)
+    model, linear, th = _sheet("crypts-2")
+    k = model.dpi / 25.4
+    ids = model.region_ids
+    i, left, right = (ids.index(f"points.row6.{n}") for n in (2, 1, 3))
+    painted = linear.copy()
+    for rid, rgb in (("points.row6.1", (0.35, 0.15, 0.5)), ("points.row6.3", (0.9, 0.4, 0.05))):
+        m = np.zeros(model.shape, np.uint8)
+        cv2.fillPoly(m, [np.round(M._region_polygon_px(model.template.region(rid), k))
+                         .astype(np.int32)], 1)
+        m = cv2.dilate(m, cv2.getStructuringElement(cv2.MORPH_ELLIPSE,
+                                                    (int(3 * k) | 1, int(3 * k) | 1)))
+        painted[m > 0] = rgb
+    marked = np.zeros(len(ids), bool)
+    marked[[left, right]] = True
+    # read blind to its neighbours, their overshoot is a stroke through it ...
+    assert _scores(model, painted, th)[i] >= M.THROUGH_MIN_SHARE
+    # ... which their colour explains
+    assert _scores(model, painted, th, marked=marked)[i] < M.THROUGH_MIN_SHARE
+    # a slash the other way through it, away from them, is still found
+    slashed = _slash(painted, model, "points.row6.2", angle_deg=80, before_mm=3, after_mm=3)
+    assert _scores(model, slashed, th, marked=marked)[i] >= M.THROUGH_MIN_SHARE
 
 
 def test_treasures_and_routes_are_not_looked_at():

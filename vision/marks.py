@@ -3253,8 +3253,12 @@ THROUGH_OTHER_MM = 0.6
 THROUGH_MIN_VALID = 3
 #: the first this many of them (from the outline out) hold ink, ...
 THROUGH_NEAR = 2
-#: ... and this share of them hold ink (both sides)
+#: ... and this share of them hold ink (both sides); a line both of whose sides have their
+#: first clear steps within this of regions read as marked does not count (its ink is their
+#: pencil running over their outlines, as into the narrow gaps beside an empty box between
+#: two coloured ones)
 THROUGH_MIN_SHARE = 0.75
+THROUGH_NEIGHBOUR_MM = 1.5
 
 
 class _Through(NamedTuple):
@@ -3280,6 +3284,9 @@ class _Through(NamedTuple):
     ndense: np.ndarray    # (Q, lines, 2, THROUGH_NEAR, samples) int16: indices into the
                           # region's near pixels (its pad slot: not clear paper)
     usable: np.ndarray    # (Q, lines) bool: THROUGH_MIN_VALID clear steps on both sides
+    nbrs: np.ndarray      # (Q, J) int64: the other regions near each region (-1: padding)
+    nbr_near: np.ndarray  # (Q, lines, 2, J) bool: that region is within THROUGH_NEIGHBOUR_MM
+                          # of the side's first clear steps
 
 
 def _through_geometry(model: SheetModel) -> _Through:
@@ -3307,7 +3314,8 @@ def _through_geometry(model: SheetModel) -> _Through:
     reach = gap + (THROUGH_BINS + 0.5) * step + band + 2
     L = THROUGH_ANGLES * len(fo)
     which, upix, ustart, dense, nv, near = [], [], [0], [], [], []
-    npix, nstart, ndense, usable = [], [0], [], []
+    npix, nstart, ndense, usable, nbrs, nbr_near = [], [0], [], [], [], []
+    nbr_gap = THROUGH_NEIGHBOUR_MM * k
     for i, (r, poly) in enumerate(zip(regions, polys)):
         if r.kind not in THROUGH_KINDS or "crossed" not in r.marks or r.shape.type == "segment":
             continue
@@ -3373,6 +3381,24 @@ def _through_geometry(model: SheetModel) -> _Through:
         npix.append(nu)
         nstart.append(nstart[-1] + nu.size)
         ndense.append(nd)
+        # the other regions near each side's first clear steps
+        box = np.array([x0, y0, x1, y1])
+        js = [j for j, pj in enumerate(polys) if j != i
+              and pj[:, 0].max() >= x0 - 1 and pj[:, 0].min() <= x1 + 1
+              and pj[:, 1].max() >= y0 - 1 and pj[:, 1].min() <= y1 + 1]
+        ys, xs = np.divmod(np.where(npx >= 0, npx, y0 * W + x0), W)
+        ys, xs = ys - box[1], xs - box[0]
+        close = np.zeros(npx.shape[:2] + (len(js),), bool)
+        for jj, j in enumerate(js):
+            m = np.zeros((y1 - y0, x1 - x0), np.uint8)
+            _fill(m, polys[j] - [x0, y0])
+            if not m.any():
+                continue
+            dj = cv2.distanceTransform(1 - m, cv2.DIST_L2, 5)
+            close[..., jj] = ((dj[ys, xs] < nbr_gap) & (npx >= 0)).any(axis=(2, 3))
+        keep_j = close.any(axis=(0, 1))
+        nbrs.append(np.asarray(js, np.int64)[keep_j])
+        nbr_near.append(close[..., keep_j])
     ustart, nstart = np.asarray(ustart, np.int64), np.asarray(nstart, np.int64)
     slot, pstart = _padded_slots(ustart)
     nslot, npstart = _padded_slots(nstart)
@@ -3382,11 +3408,17 @@ def _through_geometry(model: SheetModel) -> _Through:
     def stack(arrays, empty_shape, dtype):
         return np.stack(arrays) if arrays else np.zeros(empty_shape, dtype)
     z = np.zeros(0, np.int64)
+    J = max((n.size for n in nbrs), default=0)
+    nb = np.full((len(nbrs), J), -1, np.int64)
+    nn = np.zeros((len(nbrs), L, 2, J), bool)
+    for a, (n, c) in enumerate(zip(nbrs, nbr_near)):
+        nb[a, :n.size] = n
+        nn[a, ..., :n.size] = c
     return _Through(np.asarray(which, np.int64), np.concatenate(upix) if upix else z, ustart,
                     slot, pstart, stack(dense, shape, np.int16), stack(nv, shape[:3], np.int64),
                     stack(near, shape[:4], bool), np.concatenate(npix) if npix else z, nstart,
                     nslot, npstart, stack(ndense, (0, L, 2, THROUGH_NEAR, S), np.int16),
-                    stack(usable, shape[:2], bool))
+                    stack(usable, shape[:2], bool), nb, nn)
 
 
 def _padded_slots(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -3410,10 +3442,12 @@ def _faint_ink(sample, pix: np.ndarray, keep: np.ndarray, th: Mapping[str, float
 
 
 def through_scores(sample, model: SheetModel, th: Mapping[str, float], valid,
-                   watch: np.ndarray) -> np.ndarray:
+                   watch: np.ndarray, marked: np.ndarray | None = None) -> np.ndarray:
     """Per region (``model.region_ids`` order) in ``watch``, the best line's share of inked
     steps on its less inked side (:func:`_check_through`); 0 where no line has
-    ``THROUGH_MIN_VALID`` clear steps on both sides, and for regions not watched."""
+    ``THROUGH_MIN_VALID`` clear steps on both sides, and for regions not watched.
+    ``marked``: the regions read as marked, whose pencil may run over into the paper beside
+    them (a line with both sides next to them does not count)."""
     out = np.zeros(len(model.region_ids))
     g = per_model(model, "through", _through_geometry)
     q = np.flatnonzero(watch[g.regions]) if g.regions.size else g.regions
@@ -3427,7 +3461,15 @@ def through_scores(sample, model: SheetModel, th: Mapping[str, float], valid,
     padded[g.nslot[keep]] = _faint_ink(sample, g.npix, keep, th, valid)
     at = g.ndense[q].astype(np.int32)
     at += g.npstart[q].astype(np.int32)[:, None, None, None, None]
+    beside = np.zeros(len(model.region_ids) + 1, bool)       # (index -1: padding)
+    if marked is not None:
+        beside[:-1] = np.asarray(marked, bool)
+
+    def explained(r):
+        # (regions r, lines): both sides' first clear steps next to marked regions
+        return (g.nbr_near[r] & beside[g.nbrs[r]][:, None, None, :]).any(axis=3).all(axis=2)
     lines = padded[at].any(axis=4).all(axis=(2, 3)) & g.usable[q]     # (regions, lines)
+    lines &= ~explained(q)
     c = q[lines.any(axis=1)]
     if c.size == 0:
         return out
@@ -3447,20 +3489,8 @@ def through_scores(sample, model: SheetModel, th: Mapping[str, float], valid,
     from_outline = ~(g.near[c] & ~inked).any(axis=3)
     nv = g.nv[c]
     share = np.where((nv >= THROUGH_MIN_VALID) & from_outline,
-                     inked.sum(axis=3) / np.maximum(nv, 1), 0.0)
-    out[g.regions[c]] = share.min(axis=2).max(axis=1)
-    return out
-    at = g.dense[c].astype(np.int32)
-    at += g.pstart[c].astype(np.int32)[:, None, None, None, None]
-    inked = padded[at].any(axis=4)                            # (regions, lines, 2, steps)
-    # a side counts only with its first clear steps, next to the outline, all inked: a
-    # stroke through the region leaves it there, a neighbour's fill running over its own
-    # outline stops short of it
-    from_outline = ~(g.near[c] & ~inked).any(axis=3)
-    nv = g.nv[c]
-    share = np.where((nv >= THROUGH_MIN_VALID) & from_outline,
-                     inked.sum(axis=3) / np.maximum(nv, 1), 0.0)
-    out[g.regions[c]] = share.min(axis=2).max(axis=1)
+                     inked.sum(axis=3) / np.maximum(nv, 1), 0.0).min(axis=2)
+    out[g.regions[c]] = np.where(explained(c), 0.0, share).max(axis=1)
     return out
 
 
@@ -3474,8 +3504,8 @@ def _check_through(readings: dict, regions, sample, model: SheetModel, th: Mappi
     them Crypts symbols slashed across a corner with a thin pale graphite line (the guard
     around the symbol's thick outline leaves the readers a few pixels in its middle, which the
     slash missed) and Reefs treasure boxes with a pale cross over their grey print. The
-    constants were chosen on that corpus (xcal94000: 5 of its 12 confident errors flagged, 28
-    right readings flagged) and on the spent 4600000 (23 right readings flagged on half of
+    constants were chosen on that corpus (xcal94000: 5 of its 12 confident errors flagged, 20
+    right readings flagged) and on the spent 4600000 (12 right readings flagged on half of
     it); a stroke drawn along a symbol that stops inside its outline on one side, or one
     broken by the pencil's grain into short dashes, is still missed (docs/EVALUATION.md,
     "Sessions 42-43")."""
@@ -3483,7 +3513,8 @@ def _check_through(readings: dict, regions, sample, model: SheetModel, th: Mappi
                       for r in regions], bool)
     if not watch.any():
         return readings
-    score = through_scores(sample, model, th, valid, watch)
+    marked = np.array([readings[r.id].mark != "empty" for r in regions], bool)
+    score = through_scores(sample, model, th, valid, watch, marked)
     out = readings
     for i in np.nonzero(watch & (score >= THROUGH_MIN_SHARE))[0]:
         r = regions[int(i)]
