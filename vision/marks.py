@@ -3216,14 +3216,23 @@ def _check_beside_routes(readings: dict, regions, sample, model: SheetModel,
     n = len(regions) * 2 * BESIDE_BINS
     hit = np.bincount(rg[ink] * 2 * BESIDE_BINS + cl[ink], minlength=n).reshape(-1, 2, BESIDE_BINS)
     stretches = (hit > 0).sum(axis=2).max(axis=1)
+    return _flag_each(readings, regions, np.nonzero(watch & (stretches >= BESIDE_MIN_BINS))[0],
+                      review_threshold,
+                      lambda i: (f"a stroke beside the route ({int(stretches[i])} of "
+                                 f"{BESIDE_BINS} stretches along it inked): it may be this route "
+                                 "drawn off its line", {}))
+
+
+def _flag_each(readings: dict, regions, hits, review_threshold: float, why) -> dict:
+    """``readings`` with ``regions[i]`` flagged for each ``i`` in ``hits``: ``why(i)`` gives
+    the reason and the features to add (a new dict only when one is flagged)."""
     out = readings
-    for i in np.nonzero(watch & (stretches >= BESIDE_MIN_BINS))[0]:
+    for i in hits:
         r = regions[int(i)]
         if out is readings:
             out = dict(readings)
-        out[r.id] = _flagged(readings[r.id], review_threshold,
-                             f"a stroke beside the route ({int(stretches[i])} of {BESIDE_BINS} "
-                             "stretches along it inked): it may be this route drawn off its line")
+        reason, features = why(i)
+        out[r.id] = _flagged(readings[r.id], review_threshold, reason, **features)
     return out
 
 
@@ -3515,16 +3524,11 @@ def _check_through(readings: dict, regions, sample, model: SheetModel, th: Mappi
         return readings
     marked = np.array([readings[r.id].mark != "empty" for r in regions], bool)
     score = through_scores(sample, model, th, valid, watch, marked)
-    out = readings
-    for i in np.nonzero(watch & (score >= THROUGH_MIN_SHARE))[0]:
-        r = regions[int(i)]
-        if out is readings:
-            out = dict(readings)
-        out[r.id] = _flagged(readings[r.id], review_threshold,
-                             f"a stroke runs through it ({score[i]:.0%} of the paper on its "
-                             "fainter side inked): it may be crossed out",
-                             through_share=float(score[i]))
-    return out
+    return _flag_each(readings, regions, np.nonzero(watch & (score >= THROUGH_MIN_SHARE))[0],
+                      review_threshold,
+                      lambda i: (f"a stroke runs through it ({score[i]:.0%} of the paper on its "
+                                 "fainter side inked): it may be crossed out",
+                                 {"through_share": float(score[i])}))
 
 
 def _check_empty_swatches(readings: dict, regions, review_threshold: float) -> dict:
