@@ -2968,12 +2968,16 @@ def _stain_colour(anchor_lab: np.ndarray, th: Mapping[str, float]) -> tuple[floa
     return (a0, b0) if math.hypot(a0, b0) >= th["chroma_faint"] else None
 
 
-def _stain_coloured(lab: np.ndarray, th: Mapping[str, float]) -> np.ndarray:
+def _stain_coloured(lab: np.ndarray, th: Mapping[str, float], *,
+                    faint: bool = False) -> np.ndarray:
     """The readers' own ink test (_measure_halo) on Lab samples: coloured, or dark (a faint
-    ring is a line darker than the paper, and reads as a crossing-out where it crosses a box)."""
+    ring is a line darker than the paper, and reads as a crossing-out where it crosses a box).
+    ``faint``: with the readers' half margins (``chroma_faint``, ``dark_l_faint``) instead."""
     L, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
-    col = (C > th["chroma"]) & (C > 0.3 * np.maximum(100.0 - L, 0.0))
-    return col | (L < th["dark_l"])
+    chroma, dark_l = (th["chroma_faint"], th["dark_l_faint"]) if faint else (th["chroma"],
+                                                                              th["dark_l"])
+    col = (C > chroma) & (C > 0.3 * np.maximum(100.0 - L, 0.0))
+    return col | (L < dark_l)
 
 
 def _trace_stain(sample, anchor_lab: np.ndarray, stain: np.ndarray, th: Mapping[str, float],
@@ -3391,12 +3395,11 @@ def _through_geometry(model: SheetModel) -> _Through:
         nstart.append(nstart[-1] + nu.size)
         ndense.append(nd)
         # the other regions near each side's first clear steps
-        box = np.array([x0, y0, x1, y1])
         js = [j for j, pj in enumerate(polys) if j != i
               and pj[:, 0].max() >= x0 - 1 and pj[:, 0].min() <= x1 + 1
               and pj[:, 1].max() >= y0 - 1 and pj[:, 1].min() <= y1 + 1]
         ys, xs = np.divmod(np.where(npx >= 0, npx, y0 * W + x0), W)
-        ys, xs = ys - box[1], xs - box[0]
+        ys, xs = ys - y0, xs - x0
         close = np.zeros(npx.shape[:2] + (len(js),), bool)
         for jj, j in enumerate(js):
             m = np.zeros((y1 - y0, x1 - x0), np.uint8)
@@ -3441,10 +3444,7 @@ def _padded_slots(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _faint_ink(sample, pix: np.ndarray, keep: np.ndarray, th: Mapping[str, float],
                valid) -> np.ndarray:
     """The faint ink test (:func:`_check_through`) on ``pix[keep]``."""
-    lab = linear_to_lab(sample(pix, keep=keep))
-    Lc, C = lab[:, 0], np.hypot(lab[:, 1], lab[:, 2])
-    ink = (((C > th["chroma_faint"]) & (C > 0.3 * np.maximum(100.0 - Lc, 0.0)))
-           | (Lc < th["dark_l_faint"]))
+    ink = _stain_coloured(linear_to_lab(sample(pix, keep=keep)), th, faint=True)
     if valid is not None:
         ink &= np.asarray(valid, bool).reshape(-1)[pix[keep]]
     return ink
