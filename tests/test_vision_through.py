@@ -92,6 +92,44 @@ def test_a_pale_slash_through_a_symbol_is_found_and_an_overshoot_is_not():
     assert _scores(model, short, th)[i] < M.THROUGH_MIN_SHARE
 
 
+def test_a_regions_score_does_not_depend_on_which_others_are_watched():
+    # classify_sheet measures the scores once, on the regions read "empty" with confidence
+    # before the checks that only flag (vision.marks, session 44), and _check_through judges
+    # those still confident after them: the same scores as measured on them alone
+    model, linear, th = _sheet("crypts-3")
+    ids = model.region_ids
+    slashed = linear
+    for rid, angle in (("cell.r2.c1", 35), ("cell.r4.c5", 100), ("cell.r6.c2", 160)):
+        slashed = _slash(slashed, model, rid, angle_deg=angle, before_mm=3, after_mm=3)
+    marked = np.zeros(len(ids), bool)
+    marked[ids.index("cell.r4.c4")] = True
+    every = _scores(model, slashed, th, marked=marked)
+    hit = every >= M.THROUGH_MIN_SHARE
+    assert {ids[i] for i in np.flatnonzero(hit)} >= {"cell.r2.c1", "cell.r4.c5", "cell.r6.c2"}
+    rng = np.random.default_rng(44)
+    for _ in range(3):
+        watch = rng.random(len(ids)) < 0.5
+        watch[ids.index("cell.r4.c5")] = True
+        some = _scores(model, slashed, th, watch, marked)
+        assert np.array_equal(some[watch], every[watch])
+        assert not some[~watch].any()
+    # and the flags are those of the check measuring them itself
+    readings = {rid: M.RegionReading(rid, model.template.region(rid).kind, "empty", 0.99, False,
+                                     (("empty", 0.99),)) for rid in ids}
+    readings["cell.r4.c4"] = M.RegionReading("cell.r4.c4", "cell", "red", 0.99, False,
+                                              (("red", 0.99),))
+    regions = [model.template.region(rid) for rid in ids]
+    flat = slashed.reshape(-1, 3)
+
+    def sample(idx, keep=None):
+        return flat[idx if keep is None else idx[keep]]
+    own = M._check_through(readings, regions, sample, model, th, None, M.REVIEW_THRESHOLD)
+    given = M._check_through(readings, regions, sample, model, th, None, M.REVIEW_THRESHOLD,
+                             score=every)
+    assert own == given
+    assert own["cell.r4.c5"].review and "runs through it" in own["cell.r4.c5"].reason
+
+
 def test_an_empty_box_between_two_overfilled_ones_is_no_crossing_out():
     # (the bundled sample crypts-2-easy-s4: points.row6.2, empty, between a purple and an
     # orange box whose fills run over into the narrow gaps on both sides)
