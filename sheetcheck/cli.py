@@ -157,6 +157,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("what", choices=["read", "scoring", "batch", "server"], help="which benchmark")
     s.add_argument("--count", type=int, default=None, help="how many inputs")
     s.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    s.add_argument("--rounds", type=int, default=1,
+                   help="read: time every photo this many times, in turns (more pairs: steadier "
+                        "medians on a noisy machine; default 1)")
     return p
 
 

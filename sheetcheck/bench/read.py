@@ -1,4 +1,5 @@
-"""``sheetcheck bench read [--count N] [--json PATH]``: read speed as ratios within one run.
+"""``sheetcheck bench read [--count N] [--rounds R] [--json PATH]``: read speed as ratios within
+one run.
 
 Generates ``N`` 12 MP JPEGs with the simulator (seeded, typical preset, all six sheets in turn;
 4000 x 3000 px), then, in one process, for each photo: a full-resolution Pillow decode (the
@@ -15,6 +16,12 @@ also reported in CPU time of this process (``time.process_time``, all its thread
 machine whose other jobs take the cores away, wall-clock times include the waits and swing by
 tens of percent from run to run, while the CPU times of decode and read stay comparable (a
 second thread only adds CPU time: it shortens the wait, not the work).
+
+``--rounds R`` times every photo R times, round after round (a decode and both reads of a
+photo side by side each time, as above), and takes the medians over all 12 R of them. Why
+(session 44): on a machine whose speed drifts with its neighbours, one round of 12 photos gave
+read / decode 1.82, 2.00, 2.01, 2.06, 2.16 and 2.31 for the same two builds within the hour;
+more pairs steady the medians (the time of each pair is still measured side by side).
 """
 
 from __future__ import annotations
@@ -62,9 +69,9 @@ def full_decode_ms(data: bytes, *, cpu: bool = False) -> float | tuple[float, fl
     return (wall, (time.process_time() - c0) * 1000) if cpu else wall
 
 
-def bench(photos: list[tuple[str, bytes]], *, threads: int = 2) -> dict:
+def bench(photos: list[tuple[str, bytes]], *, threads: int = 2, rounds: int = 1) -> dict:
     """Time ``photos`` (see the module docstring): ``threads`` for the player's read, and one
-    core for the batch worker's."""
+    core for the batch worker's; every photo ``rounds`` times, round after round."""
     import cv2
 
     from calibration.template import all_templates
@@ -91,7 +98,8 @@ def bench(photos: list[tuple[str, bytes]], *, threads: int = 2) -> dict:
         r = read_photo(data, label=name)
         return r, (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
 
-    for k, (name, data) in enumerate(photos):
+    turns = [(rnd, name, data) for rnd in range(rounds) for name, data in photos]
+    for k, (rnd, name, data) in enumerate(turns):
         d, d_cpu = full_decode_ms(data, cpu=True)
         if k == 0:
             tracemalloc.start()
@@ -120,7 +128,8 @@ def bench(photos: list[tuple[str, bytes]], *, threads: int = 2) -> dict:
             stages.setdefault(st, []).append(v)
         for st, v in r1.timings_ms.items():
             stages1.setdefault(st, []).append(v)
-        per.append({"photo": name, "decode_ms": round(d, 1), "read_ms": round(total, 1),
+        per.append({"photo": name, "round": rnd, "decode_ms": round(d, 1),
+                    "read_ms": round(total, 1),
                     "ratio": round(total / d, 3), "read_one_core_ms": round(total1, 1),
                     # what the reader worked from: the decode scale it chose and how many
                     # decoded px fall on one px of the rectified sheet (< 1: upsampled)
@@ -138,6 +147,8 @@ def bench(photos: list[tuple[str, bytes]], *, threads: int = 2) -> dict:
     return {
         "format": BENCH_FORMAT,
         "photos": len(photos),
+        # (every photo timed this many times; the medians are over all photos and rounds)
+        "rounds": rounds,
         "photo_size": "4000x3000 JPEG (typical preset)",
         "threads": threads,
         # a read uses its second thread only while a core is idle (vision._geom_threads): on
@@ -186,6 +197,10 @@ def run(args) -> int:
     if count < 1:
         from sheetcheck.errors import InputFileError
         raise InputFileError(f"--count must be at least 1, got {count}.", hint="Try --count 6.")
+    rounds = 1 if getattr(args, "rounds", None) is None else int(args.rounds)
+    if rounds < 1:
+        from sheetcheck.errors import InputFileError
+        raise InputFileError(f"--rounds must be at least 1, got {rounds}.", hint="Try --rounds 3.")
     print(f"generating {count} simulated 12 MP photos ...", file=sys.stderr, flush=True)
     # In a child process: the simulator's memory must not count in this process's peak RSS.
     from concurrent.futures import ProcessPoolExecutor
@@ -193,11 +208,12 @@ def run(args) -> int:
 
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
         photos = ex.submit(make_photos, count).result()
-    res = bench(photos)
+    res = bench(photos, rounds=rounds)
     one = res["one_core"]
-    print(f"read benchmark, {res['photos']} photos of {res['photo_size']}, "
+    times = f", each timed {rounds} times" if rounds > 1 else ""
+    print(f"read benchmark, {res['photos']} photos of {res['photo_size']}{times}, "
           f"read on {res['threads']} threads and on one core")
-    print(f"  two threads used on {res['reads_with_two_threads']} of {res['photos']} photos "
+    print(f"  two threads used on {res['reads_with_two_threads']} of {res['photos'] * rounds} reads "
           f"(a second thread only while a core is idle; 1-minute load average "
           f"{' -> '.join(str(v) for v in res['load_average_1min'])})")
     print(f"  median full decode (Pillow)  {res['median_full_decode_ms']:8.1f} ms")
