@@ -99,17 +99,17 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
                                      (4300299, 1390119), (4400299, 1410119),
                                      (4500299, 1420119), (4600299, 1430119),
                                      (4700299, 1440119), (4900299, 1460119),
-                                     (5100299, 1480119)):
+                                     (5100299, 1480119), (5300299, 1510119)):
         assert reader_dataset.seed_allowed(default_end) and reader_dataset.seed_allowed(heldout_end)
         assert not reader_dataset.seed_allowed(default_end + 1)
         assert not reader_dataset.seed_allowed(heldout_end + 1)
     assert reader_dataset.seed_allowed(4100299)  # (session 38's pencil probe; no held-out pair)
     assert not reader_dataset.seed_allowed(4100300)
-    # (crossed out at rate 0.3, sessions 42-43: default and held-out painters)
-    for end in (4800119, 5000119, 5200119, 1450119, 1470119, 1490119):
+    # (crossed out at rate 0.3, sessions 42-44: default and held-out painters)
+    for end in (4800119, 5000119, 5200119, 5400119, 1450119, 1470119, 1490119, 1520119):
         assert reader_dataset.seed_allowed(end) and not reader_dataset.seed_allowed(end + 1)
-    assert not reader_dataset.seed_allowed(5300000)  # the next fresh measurement: never
-    assert not reader_dataset.seed_allowed(1510000)  # the next held-out one (1500000: default's)
+    assert not reader_dataset.seed_allowed(5500000)  # the next fresh measurement: never
+    assert not reader_dataset.seed_allowed(1530000)  # the next held-out one (1500000: default's)
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
     # train_reader refuses their painter for calibration, below)
     assert reader_dataset.seed_allowed(1150119) and reader_dataset.seed_allowed(1170000)
@@ -127,7 +127,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [5300001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [5500001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):  # (spent since session 24, held-out)
