@@ -266,12 +266,12 @@ def test_a_corpus_whose_every_photo_is_refused_gives_a_clear_error_and_no_file(t
     root = Path(__file__).resolve().parents[1]
     folder = tmp_path / "fresh"
     folder.mkdir()
-    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s5300001.jpg")
+    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s5500001.jpg")
     truth = json.loads((root / "sample_photos" / "crypts-1-easy-s1.truth.json").read_text())
-    truth["seed"] = 5300001  # (the next fresh measurement's: never read for the reader)
-    (folder / "crypts-1-easy-s5300001.truth.json").write_text(json.dumps(truth))
+    truth["seed"] = 5500001  # (the next fresh measurement's: never read for the reader)
+    (folder / "crypts-1-easy-s5500001.truth.json").write_text(json.dumps(truth))
     out = tmp_path / "rows.npz"
     assert reader_dataset.main([str(folder), "--out", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "no photo gave rows (1 skipped: seed 5300001 not allowed" in err
+    assert "no photo gave rows (1 skipped: seed 5500001 not allowed" in err
     assert not out.exists()
