@@ -1623,8 +1623,9 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # The ring's pixels (sampled once for both families) read the photo alone: queued behind
     # the paper statistics, so that the helper thread goes on to them while this thread still
     # converts the regions' pixels (with one thread they are sampled here, now). Measured
-    # (session 44, 12 bench photos, two worker processes taking turns, 384 pairs): the read
-    # ~1 ms shorter (median) than with the ring queued after the regions' Lab (session 20).
+    # (session 44, 12 bench photos, two worker processes taking turns): the median read
+    # 0.2-1.2 ms shorter than with the ring queued after the regions' Lab, within the noise of
+    # such pairs (+-1 ms between runs of 480 pairs).
     first = start(paper_and_halo)
     ring_task = start(lambda: ring_pixels(sample, model, valid=valid))
     try:
@@ -1806,7 +1807,8 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # changes), so the regions it may judge are among those in ``calm`` now; it judges the
     # same ones as before, with the same scores (vision._geom_threads: the same values either
     # way). Measured (session 44, 12 bench photos, two threads, read by read against main in
-    # two processes taking turns): the median read 1.5-2.6 ms shorter.
+    # two processes taking turns): the median read 0.5-2.6 ms shorter, within the noise of
+    # such pairs (+-1 ms between runs): the two steps' numpy work contends for the GIL.
     marked = np.array([readings[r.id].mark != "empty" for r in regions], bool)
     ink, through = both(lambda: _print_ink_fit(ink_pixels, model, calm),
                         lambda: through_scores(sample, model, th, valid, calm, marked))
