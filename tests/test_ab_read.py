@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _scripts import ROOT, load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ab_read", ROOT / "scripts" / "ab_read.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("ab_read")
 
 
 def test_a_folder_that_is_no_checkout_is_refused_with_a_hint(tmp_path, capsys):

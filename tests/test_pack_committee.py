@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,14 +10,13 @@ import pytest
 
 from vision.learned import COMMITTEE_FORMAT, MODEL_DIR, MODEL_FORMAT, load_model
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("pack_committee", ROOT / "scripts" / "pack_committee.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("pack_committee")
 
 
 def _sample_rows(tmp_path, stems) -> Path:
