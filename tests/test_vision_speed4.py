@@ -354,3 +354,33 @@ def test_bare_cores_of_a_photo_are_those_of_the_distance_transform(monkeypatch):
     want.add(ok & (dist >= 0.5 * model.dpi / 25.4))
     np.testing.assert_array_equal(S[k["core"]], want.sums()[0])
     assert 0 < S[k["core"]].sum() < ok.sum()  # (some bare cores, not every pixel)
+
+
+def test_an_error_here_waits_for_the_helpers_tasks_and_is_the_one_raised(two_threads):
+    # vision._geom_threads.beside (both() and classify's start use it): the tasks may read the
+    # caller's arrays, so they finish before the caller's error goes up; theirs is dropped
+    from vision._geom_threads import beside, both, start
+
+    release = threading.Event()
+    finished = []
+
+    def slow():
+        release.wait(5)
+        finished.append("slow")
+        return 1
+
+    def broken():
+        raise KeyError("the helper's")
+
+    tasks = (start(slow), start(broken))
+
+    def fails_here():
+        release.set()
+        raise ValueError("the caller's")
+    with pytest.raises(ValueError, match="the caller's"):
+        beside(tasks, fails_here)
+    assert finished == ["slow"] and all(t.done() for t in tasks)
+    assert beside((), lambda: 7) == 7
+    with pytest.raises(KeyError):
+        both(broken, lambda: 2)
+    assert both(lambda: 3, lambda: 4) == (3, 4)

@@ -190,6 +190,21 @@ def start(fn: Callable[[], T]) -> Task[T]:
     return task
 
 
+def beside(tasks: Sequence[Task], fn: Callable[[], T]) -> T:
+    """``fn()`` here while ``tasks`` (from :func:`start`) run on the helper thread. When
+    ``fn`` raises, every task is let finish first (they may share the caller's arrays; their
+    own errors are dropped: ``fn``'s is the one raised)."""
+    try:
+        return fn()
+    except BaseException:
+        for task in tasks:
+            try:
+                task.result()
+            except BaseException:  # noqa: BLE001 - fn's error is the one raised
+                pass
+        raise
+
+
 def both(first: Callable[[], T], second: Callable[[], object]) -> tuple[T, object]:
     """``(first(), second())``: the first offered to the helper thread while the second runs
     here (when two threads are allowed, else one after the other). An error of either is
@@ -197,14 +212,7 @@ def both(first: Callable[[], T], second: Callable[[], object]) -> tuple[T, objec
     if threads() < 2:
         return first(), second()
     task = start(first)
-    try:
-        b = second()
-    except BaseException:
-        try:
-            task.result()  # (let it finish: it may share the caller's arrays)
-        except BaseException:  # noqa: BLE001 - the second's error is the one raised
-            pass
-        raise
+    b = beside((task,), second)
     return task.result(), b
 
 

@@ -52,7 +52,7 @@ from vision import _evidence
 from vision._evidence import (EVIDENCE_FEATURES, X_FEATURES, evidence_features, ring_pixels,
                               x_features)
 from vision._guide import GUIDE_FEATURES, guide_features, guide_geometry
-from vision._geom_threads import both, start, threads
+from vision._geom_threads import beside, both, start, threads
 from vision.colour import (SRGB_TO_LINEAR, HueSample, Palette, calibrate_palette,
                            calibrate_palette_by_gaps, hue_diff,
                            linear_to_lab, load_palette)
@@ -1628,15 +1628,7 @@ def classify_sheet(linear: np.ndarray, model: SheetModel, *, palette: Palette | 
     # such pairs (+-1 ms between runs of 480 pairs).
     first = start(paper_and_halo)
     ring_task = start(lambda: ring_pixels(sample, model, valid=valid))
-    try:
-        lab = regions()
-    except BaseException:
-        for task in (first, ring_task):  # (let them finish: they read the caller's arrays)
-            try:
-                task.result()
-            except BaseException:  # noqa: BLE001 - this thread's error is the one raised
-                pass
-        raise
+    lab = beside((first, ring_task), regions)
     th, halo = first.result()
     # (a whole frame inside the photo, the usual case, needs no gather: every pixel is ok)
     ok = (np.ones(model.pix.size, bool) if valid is None or np.asarray(valid, bool).all()
