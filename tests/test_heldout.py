@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,17 +17,16 @@ from sheetcheck.simulator import heldout as H
 from sheetcheck.simulator.presets import load_brands
 from sheetcheck.simulator.sheet import render_blank
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"output_long_side": 640}
 DPI = 100  # flat sheets: 9 mm boxes are ~35 px, enough to look inside and at their rims
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "scripts" / "make_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_corpus"] = mod  # multiprocessing needs to find it again by name
-    spec.loader.exec_module(mod)
-    return mod
+    # (registered: multiprocessing needs to find it again by name)
+    return load_script("make_corpus", register=True)
 
 
 def _marks(template, seed=2, fill=0.6):

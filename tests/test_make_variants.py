@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +12,11 @@ from PIL import Image
 from calibration.template import get_template
 from vision.locate import _page_corners, project
 
-ROOT = Path(__file__).resolve().parents[1]
+from _scripts import load_script
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # (make_corpus's workers find it again by name)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(name, register=True)  # (make_corpus's workers find it again by name)
 
 
 @pytest.fixture(scope="module")

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from calibration.template import get_template
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def rt():
-    spec = importlib.util.spec_from_file_location("registration_truth",
-                                                  ROOT / "scripts" / "registration_truth.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("registration_truth", register=True)
 
 
 def test_a_sample_photo_is_registered_within_a_pixel_and_its_map_is_put_back(rt):

@@ -621,14 +621,8 @@ def test_varied_erased_ghosts_stay_faint_and_written_numbers_show(reefs):
 
 def _make_corpus_script():
     """scripts/make_corpus.py as a module (it is a script, not part of the package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "make_corpus.py"
-    spec = importlib.util.spec_from_file_location("make_corpus", path)
-    mc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mc)
-    return mc
+    from _scripts import load_script
+    return load_script("make_corpus")
 
 
 def test_make_corpus_varied_painter(tmp_path):

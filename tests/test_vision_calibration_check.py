@@ -13,10 +13,7 @@ to different pencils (``vision.marks._check_calibration``).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,7 +23,7 @@ from calibration.template import get_template
 from vision.colour import PaletteColour, load_palette
 from vision.marks import RegionReading, _check_calibration
 
-ROOT = Path(__file__).resolve().parents[1]
+from _scripts import load_script
 
 
 def _palette(**centres):
@@ -62,10 +59,7 @@ def test_only_confident_colour_readings_on_a_disputed_hue_are_flagged():
 
 @pytest.fixture(scope="module")
 def heldout_s61008():
-    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "scripts" / "make_corpus.py")
-    mc = importlib.util.module_from_spec(spec)
-    sys.modules["make_corpus"] = mc
-    spec.loader.exec_module(mc)
+    mc = load_script("make_corpus", register=True)
     from sheetcheck.simulator import simulate_photo
 
     (tid, preset, markers, seed), = [p for p in mc.plan(9, 61000) if p[3] == 61008]
@@ -109,10 +103,7 @@ def test_the_reading_keeps_what_its_palette_was_calibrated_on(heldout_s61008):
     assert len(pairs) >= 20 and all(rid in reading.readings for rid, _ in pairs)
     again = calibrate_palette(load_palette("default"), [s for _, s in pairs])
     assert again.colours == reading.palette.colours
-    spec = importlib.util.spec_from_file_location("calibration_check",
-                                                  ROOT / "scripts" / "calibration_check.py")
-    cc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cc)
+    cc = load_script("calibration_check")
     counts = cc.misassigned(load_palette("default"), [s for _, s in pairs],
                             [marks.get(rid, "empty") for rid, _ in pairs])
     assert counts["reader"] >= 5 and counts["by_gaps"] < counts["reader"], counts
