@@ -18,7 +18,7 @@ tens of percent from run to run, while the CPU times of decode and read stay com
 second thread only adds CPU time: it shortens the wait, not the work).
 
 ``--rounds R`` times every photo R times, round after round (a decode and both reads of a
-photo side by side each time, as above), and takes the medians over all 12 R of them. Why
+photo side by side each time, as above), and takes the medians over all N x R of them. Why
 (session 44): on a machine whose speed drifts with its neighbours, one round of 12 photos gave
 read / decode 1.82, 2.00, 2.01, 2.06, 2.16 and 2.31 for the same two builds within the hour;
 more pairs steady the medians (the time of each pair is still measured side by side).
