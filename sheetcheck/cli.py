@@ -76,6 +76,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true",
                    help="one JSON object per photo per line (see docs/READ_JSON.md)")
     s.add_argument("--debug-dir", help="write the stages' pictures here")
+    s.add_argument("--no-patch-reader", action="store_true",
+                   help="read without the patch reader's third opinion (vision.patch_reader): "
+                        "the two readers' flags stay as they are")
 
     s = sub.add_parser("eval", help="measure the reader on simulated photos with truth",
                        description="Run the reader over a folder of photos with truth files and "
@@ -86,6 +89,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reader", metavar="MODEL",
                    help="learned reader model file to read with (default: the bundled default, "
                         "calibration/models/; to compare models on the same photos)")
+    s.add_argument("--no-patch-reader", action="store_true",
+                   help="read without the patch reader's third opinion (to measure what it "
+                        "changes on the same photos)")
 
     s = sub.add_parser("score", help="score and audit a game state typed by hand",
                        description="Print the breakdown, every rule finding and the total for a "

@@ -114,7 +114,7 @@ def test_a_committee_packed_to_read_as_one_decides_as_the_reader_does(tmp_path, 
     monkeypatch.setattr(marks_mod, "BLANK_LEARNED_MIN", 1.1)
     monkeypatch.setattr(marks_mod, "SURE_FLOORS", {})
     monkeypatch.setattr(marks_mod, "SURE_KIND_FLOORS", {})
-    reading = read_photo(d["photos"][k], learned=model)
+    reading = read_photo(d["photos"][k], learned=model, patch_reader=None)
     rows_k = np.flatnonzero(d["photo"] == k)
     agree = 0
     for i in rows_k:

@@ -151,7 +151,7 @@ def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsy
     out_json = tmp_path / "v1.json"
     assert main(["eval", str(one), "--reader", str(MODEL_DIR / "reader-v1.json"),
                  "--json", str(out_json)]) == 0
-    assert "(reader reader-v1)" in capsys.readouterr().out
+    assert "(reader reader-v1, patch reader patch-v1)" in capsys.readouterr().out
     assert json.loads(out_json.read_text())["reader"]["id"] == "reader-v1"
     assert main(["eval", str(one), "--json", str(out_json)]) == 0
     assert json.loads(out_json.read_text())["reader"]["id"] == DEFAULT_MODEL.stem
@@ -203,3 +203,22 @@ def test_eval_lists_every_wrong_reading_and_why_regions_were_flagged(folder, tmp
     assert sum(v for k, v in reasons.items() if k != "photo not read") == flagged_a
     assert all("(" not in k for k in reasons)
     assert "flagged: photo not read" in text
+
+
+def test_eval_and_read_without_the_patch_reader_when_asked(folder, tmp_path, capsys):
+    one = tmp_path / "one"
+    one.mkdir()
+    for name in ("p0.jpg", "p0.truth.json"):
+        (one / name).write_bytes((folder / name).read_bytes())
+    out_json = tmp_path / "e.json"
+    assert main(["eval", str(one), "--no-patch-reader", "--json", str(out_json)]) == 0
+    assert ", no patch reader)" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["reader"]["patch_reader"] is None
+    assert main(["read", str(one / "p0.jpg"), "--json", "--no-patch-reader"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["details"]["patch_reader"] is None
+    assert doc["details"]["reader"]["patch_reader"] is None
+    assert main(["read", str(one / "p0.jpg"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["details"]["patch_reader"]["model"] == "patch-v1"
+    assert doc["details"]["reader"]["patch_reader"]["watches"] == ["crossed"]

@@ -145,10 +145,11 @@ def test_a_colour_short_of_sure_stays_flagged(change):
 
 def _read_with_and_without(photo, monkeypatch, name: str, value):
     """``photo`` read as is and with ``vision.marks.<name>`` set to ``value``: (the first
-    reading, the second, the ids of the regions whose mark or review flag differ)."""
-    with_rule = read_photo(photo)
+    reading, the second, the ids of the regions whose mark or review flag differ). Both are the
+    two readers' verdicts (no patch reader: its third opinion comes after these rules)."""
+    with_rule = read_photo(photo, patch_reader=None)
     monkeypatch.setattr(marks_mod, name, value)
-    without = read_photo(photo)
+    without = read_photo(photo, patch_reader=None)
     changed = [rid for rid in with_rule.readings
                if (with_rule.readings[rid].mark, with_rule.readings[rid].review)
                != (without.readings[rid].mark, without.readings[rid].review)]

@@ -28,6 +28,8 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
+from vision.patch_reader import (DISSENT_MARKS, LIFTABLE, confirm as confirm_by_patches,
+                                 patch_geometry, region_patches, resolve_patch_reader)
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
                           BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
                           SURE_KIND_FLOORS,
@@ -88,6 +90,10 @@ class SheetReading:
     matrix: np.ndarray | None = None
     #: ``(region_id, HueSample)`` the palette was calibrated on (``vision.marks.SheetMarks``)
     calibration_samples: tuple = ()
+    #: every region's patch as the patch reader sees it (``vision.patch_reader``), kept only
+    #: with ``keep_patches=True`` (dataset building): ``(ids, (R, S, S, 5) uint8, kinds,
+    #: allowed (R, 8) bool)``
+    patches: tuple | None = None
 
     @property
     def flagged(self) -> list[str]:
@@ -165,6 +171,8 @@ def sheet_model(template: Template, *, dpi: float = READ_DPI) -> SheetModel:
             # measured on (~50 ms a template; the bundled readers since reader-v11 read with it)
             from vision.light import print_pixels
             print_pixels(m, on=True)
+            # and the patch reader's windows (session 45; the bundled model's size and margin)
+            patch_geometry(template, m.expected, dpi=dpi)
             _models[key] = m
         return m
 
@@ -173,7 +181,8 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
                palette: Palette | None = None, review_threshold: float = REVIEW_THRESHOLD,
                refine: bool = True, keep_images: bool = False, label: str | None = None,
                max_long_side: int | None = 2000, keep_matrix: bool = False,
-               learned="default") -> SheetReading:
+               learned="default", patch_reader="default",
+               keep_patches: bool = False) -> SheetReading:
     """Read one photo of a filled sheet.
 
     Parameters
@@ -202,6 +211,12 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
     learned : "default", None or vision.learned.LearnedReader
         The second reader (``vision.marks.classify_sheet``); None reads with the hand
         reader alone.
+    patch_reader : "default", None or vision.patch_reader.PatchReader
+        The third opinion, which may lift the readers' own doubt on a flagged region
+        (``vision.patch_reader.confirm``); None leaves the two readers' verdicts as they are
+        (and so does ``learned=None``).
+    keep_patches : bool
+        Keep every region's patch on the result (``scripts/patch_dataset.py``).
 
     Returns
     -------
@@ -219,11 +234,13 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         return _read_photo(photo, template_id=template_id, dpi=dpi, palette=palette,
                            review_threshold=review_threshold, refine=refine,
                            keep_images=keep_images, label=label, max_long_side=max_long_side,
-                           keep_matrix=keep_matrix, learned=learned)
+                           keep_matrix=keep_matrix, learned=learned,
+                           patch_reader=patch_reader, keep_patches=keep_patches)
 
 
 def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, keep_images,
-                label, max_long_side, keep_matrix, learned) -> SheetReading:
+                label, max_long_side, keep_matrix, learned, patch_reader,
+                keep_patches) -> SheetReading:
     """:func:`read_photo`'s work (inside its BLAS limit)."""
     from vision.decode import colourless, decode_photo, load_photo
     from vision.locate import locate_sheet
@@ -276,6 +293,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     try:
         valid = np.asarray(rect.valid, bool) if rect.valid is not None else None
         learned = resolve_reader(learned)  # a missing or damaged model is a ReaderModelError
+        reader3 = resolve_patch_reader(patch_reader) if learned is not None else None
         # the light the reader was trained on (tone correction or not) is the light it reads
         pp = print_pixels(model, on=tone_correction_for(learned))
         light = normalise_light(rect.image, paper_mask=model.paper_mask, valid=valid,
@@ -314,7 +332,23 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     location = checks.result()
     t5 = time.perf_counter()
     timings["classify"] = (t5 - t4) * 1000
-    timings["total"] = (t5 - t0) * 1000
+    # (session 45) the third opinion on the readers' own doubt (vision.patch_reader)
+    readings, patches_done = sheet.readings, None
+    if reader3 is not None:
+        readings, patches_done = confirm_by_patches(readings, light.linear, template,
+                                                    model.expected, dpi=dpi, reader=reader3,
+                                                    review_threshold=review_threshold,
+                                                    objects=bool(sheet.objects))
+    kept_patches = None
+    if keep_patches:
+        geo = patch_geometry(template, model.expected, dpi=dpi,
+                             size=reader3.size if reader3 else 32,
+                             margin_mm=reader3.margin_mm if reader3 else 1.0)
+        kept_patches = (geo.ids, region_patches(light.linear, geo, range(len(geo.ids))),
+                        geo.kinds, geo.allowed)
+    t6 = time.perf_counter()
+    timings["patches"] = (t6 - t5) * 1000
+    timings["total"] = (t6 - t0) * 1000
     details = {
         "photo_size": list(decoded.original_size),
         "photo_format": decoded.format,
@@ -332,6 +366,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
         # (session 39) marked regions under an object lying on the sheet, which the pencils'
         # calibration left out (vision.marks.classify_sheet, left_out)
         "calibration_left_out": list(sheet.calibration_left_out),
+        # (session 45) the patch reader: how many flagged regions it read and confirmed
+        "patch_reader": patches_done,
         # (session 39) objects found lying on the sheet (a pencil): their axis's ends and
         # width in template mm; the tone was measured again without the print under them
         "objects": [{"from_mm": [round(o[0], 1), round(o[1], 1)],
@@ -353,13 +389,19 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     "confirm_sure": {"doubt_max": _SURE_RULE["doubt_max"],
                                      "by_mark": {m: dict(v)
                                                  for m, v in _SURE_RULE["by_mark"].items()},
-                                     "by_kind": [dict(v) for v in _SURE_RULE["by_kind"]]}}
+                                     "by_kind": [dict(v) for v in _SURE_RULE["by_kind"]]},
+                    # (session 45) the third opinion and when it lifts a flag
+                    "patch_reader": ({"model": reader3.id, "lifts": list(LIFTABLE),
+                                      "thresholds": dict(reader3.thresholds),
+                                      "photo_flagged_max": reader3.photo_flagged_max,
+                                      "watches": list(DISSENT_MARKS)}
+                                     if reader3 is not None else None)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
-    return SheetReading(label, template, location, sheet.readings, sheet.palette, timings,
+    return SheetReading(label, template, location, readings, sheet.palette, timings,
                         details, rect.image if keep_images else None,
                         light.to_srgb() if keep_images else None, sheet.matrix,
-                        sheet.calibration_samples)
+                        sheet.calibration_samples, kept_patches)
 
 
 #: ``details.reader.confirm_blank``: when an "empty" reading below the model's thresholds is

@@ -363,15 +363,20 @@ def format_conditions(by_condition: Mapping[str, Mapping[str, Mapping]]) -> list
     return out
 
 
-def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = None) -> dict:
+def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = None,
+             patch_reader: bool = True) -> dict:
     """Run the reader over a folder of photos with truth; return the figures (JSON-ready).
     ``reader``: a learned reader's model file to read with instead of the default one (to
-    compare models on the same photos)."""
+    compare models on the same photos). ``patch_reader``: False reads without the patch
+    reader's third opinion (``vision.patch_reader``)."""
     from calibration.template import get_template
     from sheetcheck.commands.read import read_one
     from vision.learned import default_model, load_model
 
     learned = load_model(reader) if reader is not None else default_model()
+    from vision.patch_reader import default_patch_reader
+
+    patch3 = default_patch_reader() if patch_reader else None
 
     pairs = find_pairs(folder)
     overall = _Acc()
@@ -411,7 +416,8 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
             truth_template = None
         bins = condition_bins(truth, page_mm=(truth_template.width_mm, truth_template.height_mm)
                               if truth_template is not None else None)
-        reading, err = read_one(str(photo), template_id=None, learned=learned)
+        reading, err = read_one(str(photo), template_id=None, learned=learned,
+                                patch_reader=patch3)
         sheet = {"photo": photo.name, "preset": preset, "markers": markers,
                  "template": truth.get("template")}
         if err is not None:
@@ -522,7 +528,9 @@ def evaluate(folder: str | Path, *, progress=None, reader: str | Path | None = N
     return {
         "format": EVAL_FORMAT,
         "folder": str(folder),
-        "reader": {"id": (learned.meta or {}).get("id"), "file": learned.source},
+        "reader": {"id": (learned.meta or {}).get("id"), "file": learned.source,
+                   # (session 45) the third opinion's model, null when read without it
+                   "patch_reader": patch3.id if patch3 is not None else None},
         "photos": len(pairs),
         "photos_failed": len(failed),
         "regions": regions_total,
@@ -583,7 +591,10 @@ def _pct(a: dict) -> str:
 def format_report(res: dict) -> str:
     out = [f"sheetcheck eval {res['folder']}: {res['photos']} photos, {res['regions']} regions, "
            f"{res['photos_failed']} photos not read"
-           + (f" (reader {res['reader']['id']})" if (res.get("reader") or {}).get("id") else ""),
+           + (f" (reader {res['reader']['id']}" if (res.get("reader") or {}).get("id") else "")
+           + (f", patch reader {res['reader']['patch_reader']})"
+              if (res.get("reader") or {}).get("patch_reader")
+              else ", no patch reader)" if (res.get("reader") or {}).get("id") else ""),
            f"region accuracy      {_pct(res['accuracy'])}"]
     for title, key in (("per kind", "by_kind"), ("per preset", "by_preset"),
                        ("markers", "by_markers"), ("per template", "by_template")):
@@ -645,7 +656,8 @@ def run(args) -> int:
     def progress(i, n, name, what):
         print(f"[{i}/{n}] {name}: {what}", file=sys.stderr, flush=True)
 
-    res = evaluate(args.folder, progress=progress, reader=getattr(args, "reader", None))
+    res = evaluate(args.folder, progress=progress, reader=getattr(args, "reader", None),
+                   patch_reader=not getattr(args, "no_patch_reader", False))
     print(format_report(res))
     if args.json:
         try:

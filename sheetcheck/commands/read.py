@@ -26,14 +26,16 @@ def error_json(photo: str, code: str, message: str) -> dict:
     return {"format": READ_FORMAT, "photo": photo, "error": {"code": code, "message": message}}
 
 
-def read_one(path: str, *, template_id: str | None, keep_images: bool = False, learned="default"):
+def read_one(path: str, *, template_id: str | None, keep_images: bool = False, learned="default",
+             patch_reader="default"):
     """Read one photo; returns ``(reading, None)`` or ``(None, (code, message, exit_code))``.
-    ``learned``: the learned reader (``vision.pipeline.read_photo``)."""
+    ``learned``, ``patch_reader``: the second reader and the third opinion
+    (``vision.pipeline.read_photo``)."""
     from vision.pipeline import read_photo
 
     try:
         return read_photo(path, template_id=template_id, keep_images=keep_images,
-                          learned=learned), None
+                          learned=learned, patch_reader=patch_reader), None
     except SheetcheckError as e:
         return None, (e.code, str(e), e.exit_code)
     except MemoryError:
@@ -108,7 +110,9 @@ def write_debug(reading, folder: str | Path) -> list[Path]:
 def run(args) -> int:
     first_fail = 0
     for path in args.photos:
-        reading, err = read_one(path, template_id=args.template, keep_images=bool(args.debug_dir))
+        reading, err = read_one(path, template_id=args.template, keep_images=bool(args.debug_dir),
+                                patch_reader=None if getattr(args, "no_patch_reader", False)
+                                else "default")
         if err is not None:
             code, message, exit_code = err
             first_fail = first_fail or exit_code

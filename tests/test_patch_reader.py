@@ -1,0 +1,271 @@
+"""The patch reader (vision.patch_reader): its numpy network, its patches, the flags it may
+lift on a real photo and the ones it may not, its model file's errors, and the training
+script's data rules and threshold choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration.template import get_template
+from sheetcheck.errors import SheetcheckError
+from tests._scripts import load_script
+from vision.patch_reader import (DISSENT_MARKS, HARMLESS, LIFTABLE, MARKS, PATCH_MODEL_FORMAT,
+                                 ReaderModelError,
+                                 _conv3x3_relu, default_patch_reader, liftable,
+                                 load_patch_reader, patch_geometry, region_patches)
+from vision.pipeline import read_photo, sheet_model
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_photos"
+
+
+def test_the_numpy_convolution_is_a_3x3_sum_over_channels_then_relu():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
+    w = rng.normal(size=(3, 3, 3, 4)).astype(np.float32)  # (row, column, in, out)
+    b = rng.normal(size=4).astype(np.float32)
+    got = _conv3x3_relu(x, w.reshape(27, 4), b)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros((2, 5, 6, 4))
+    for i in range(5):
+        for j in range(6):
+            want[:, i, j] = np.einsum("nabc,abco->no", xp[:, i:i + 3, j:j + 3], w) + b
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_patch_holds_the_region_its_outline_and_its_print():
+    t = get_template("crypts-1")
+    m = sheet_model(t, dpi=100.0)
+    geo = patch_geometry(t, m.expected, dpi=100.0)
+    assert geo.ids == tuple(r.id for r in t.regions)
+    i = next(k for k, r in enumerate(t.regions) if r.kind == "box")
+    # the clean render read as a photo: paper white, the box's printed outline dark
+    p = region_patches(m.expected, geo, [i])[0]
+    assert p.shape == (32, 32, 5) and p.dtype == np.uint8
+    mask, printed = p[..., 3], p[..., 4]
+    assert mask[16, 16] == 255 and mask[0, 0] == 0  # the region in the middle, a margin around
+    assert printed.min() < 128 and np.median(printed) > 200
+    # the picture channels are the print where it is printed
+    grey = p[..., :3].astype(int).mean(axis=2)
+    assert abs(grey - printed.astype(int)).mean() < 12
+    # a window leaving the sheet is padded with paper
+    far = np.ones((8, 8, 3), np.float32)
+    assert (region_patches(far, geo, [i])[0][..., :3] == 255).all()
+
+
+def _read_both(name):
+    path = str(SAMPLES / name)
+    return read_photo(path, patch_reader=None), read_photo(path)
+
+
+def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_changes_no_mark():
+    reader = default_patch_reader()
+    lifted_any = 0
+    for name in ("reefs-3-typical-s12.jpg", "crypts-1-typical-s3.jpg", "reefs-1-easy-s7.jpg"):
+        before, after = _read_both(name)
+        assert list(before.readings) == list(after.readings)
+        for rid, b in before.readings.items():
+            a = after.readings[rid]
+            assert a.mark == b.mark, rid  # it never changes a mark
+            if b.review and not a.review:
+                lifted_any += 1
+                assert liftable(b), (rid, b.reason)  # only the readers' own doubt
+                assert a.features["patch_mark"] == a.mark
+                assert a.confidence >= reader.thresholds[a.mark]
+                assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
+            elif b.review:
+                assert a.reason == b.reason
+            elif b.mark in DISSENT_MARKS:  # a confident crossing-out is watched
+                assert a.features["patch_mark"] == a.mark or (
+                    a.review and a.reason.startswith("the patch reader disagrees"))
+            else:  # a confident reading is left as it was, unread by the patch reader
+                assert a == b
+        done = after.details["patch_reader"]
+        assert done["model"] == reader.id
+        share = sum(b.review for b in before.readings.values()) / len(before.readings)
+        assert done["photo_flagged"] == round(share, 4)
+        # a flag it may not lift (but "mostly print") holds the whole photo back
+        others = [b.reason.split(" (")[0] for b in before.readings.values()
+                  if b.review and not liftable(b) and not b.reason.startswith(HARMLESS)]
+        assert done["held_back_by"] == (others[0] if others else None)
+        free = share <= reader.photo_flagged_max and not others
+        assert done["read"] == sum(1 for b in before.readings.values()
+                                   if (free and liftable(b) and b.mark in reader.thresholds)
+                                   or (not b.review and b.mark in DISSENT_MARKS))
+        assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
+                                        if b.review and not after.readings[rid].review)
+        assert after.to_json()["details"]["reader"]["patch_reader"]["lifts"] == list(LIFTABLE)
+        assert "patches" in after.timings_ms
+    assert lifted_any > 0
+
+
+def test_flags_of_the_photo_and_of_the_checks_are_never_lifted():
+    before, after = _read_both("reefs-3-hard-s13.jpg")
+    kept = [rid for rid, b in before.readings.items() if b.review and not liftable(b)]
+    assert kept  # (a hard photo: its own doubt flags regions)
+    for rid in kept:
+        assert after.readings[rid].review and after.readings[rid].reason == before.readings[rid].reason
+
+
+def test_the_bundled_model_records_how_it_was_made():
+    r = default_patch_reader()
+    assert r.meta["format"] == PATCH_MODEL_FORMAT and list(r.meta["marks"]) == list(MARKS)
+    assert r.thresholds and all(0.99 <= t < 1.0 for t in r.thresholds.values())
+    fit = r.meta["training"]["fit"]
+    assert fit and all("heldout" not in f for f in fit)
+    assert r.meta["calibration"]["by_mark"]
+
+
+def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
+    with pytest.raises(ReaderModelError) as e:
+        load_patch_reader(tmp_path / "none.npz")
+    assert "missing" in str(e.value) and e.value.hint and isinstance(e.value, SheetcheckError)
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ReaderModelError, match="cannot be read"):
+        load_patch_reader(bad)
+    other = tmp_path / "other.npz"
+    np.savez(other, meta=np.asarray(json.dumps({"format": "something/9"})))
+    with pytest.raises(ReaderModelError, match="damaged"):
+        load_patch_reader(other)
+    # a good model with one array cut short
+    from vision.patch_reader import DEFAULT_PATCH_MODEL
+
+    good = dict(np.load(DEFAULT_PATCH_MODEL))
+    good["conv1_b"] = good["conv1_b"][:-1]
+    cut = tmp_path / "cut.npz"
+    np.savez(cut, **good)
+    with pytest.raises(ReaderModelError, match="conv1"):
+        load_patch_reader(cut)
+
+
+def _dataset(path, *, painter="default", seed=5000, n=6):
+    rng = np.random.default_rng(1)
+    np.savez(path, X=rng.integers(0, 255, (n, 32, 32, 5), dtype=np.uint8),
+             y=np.zeros(n, np.int16), allowed=np.ones((n, 8), bool), kind=np.array(["box"] * n),
+             read=np.zeros(n, np.int16), conf=np.full(n, 0.9, np.float32),
+             review=np.ones(n, bool), reason=np.array(["low confidence"] * n),
+             seed=np.full(n, seed), painter=np.array([painter] * n),
+             preset=np.array(["easy"] * n), photo=np.zeros(n, int))
+    return str(path)
+
+
+def test_training_never_fits_on_measurement_seeds_nor_lets_the_held_out_painter_choose(tmp_path):
+    tr = load_script("train_patch_reader")
+    dev = _dataset(tmp_path / "dev.npz")
+    spent = _dataset(tmp_path / "spent.npz", seed=5300001)
+    held = _dataset(tmp_path / "held.npz", painter="heldout", seed=1510001)
+    assert len(tr.load([dev], role="fit")["y"]) == 6
+    with pytest.raises(SystemExit, match="dev seeds only"):
+        tr.load([dev, spent], role="fit")
+    assert len(tr.load([spent], role="calib")["y"]) == 6  # spent corpora may calibrate
+    for role in ("fit", "calib"):
+        with pytest.raises(SystemExit, match="held-out painter"):
+            tr.load([held], role=role)
+    assert len(tr.load([held], role="test")["y"]) == 6  # and be measured
+
+
+def test_a_threshold_sits_a_step_above_the_surest_wrong_confirmation():
+    tr = load_script("train_patch_reader")
+    # photo 0: six "empty" readings flagged for low confidence among 26 regions (23 %
+    # flagged); the patch reader says "empty" on all six, sure at these levels, and the
+    # reading is wrong on the one at 0.9965
+    p_empty = np.array([0.991, 0.996, 0.9965, 0.9991, 0.9996, 0.99995] + [0.9] * 20
+                       # photo 1: every region flagged, a wrong one at 0.99999
+                       + [0.99999, 0.995])
+    n = len(p_empty)
+    P = np.zeros((n, 8))
+    P[:, 0] = p_empty
+    P[:, 1] = 1 - p_empty
+    d = {"review": np.array([True] * 6 + [False] * 20 + [True, True]),
+         "reason": np.array(["low confidence"] * 6 + [""] * 20 + ["readers disagree"] * 2),
+         "read": np.zeros(n, int), "y": np.array([0, 0, 1, 0, 0, 0] + [0] * 20 + [1, 0]),
+         "photo": np.array([0] * 26 + [1, 1])}
+    th, report = tr.choose_thresholds(P, d, photo_flagged_max=0.3)
+    # the grid values above 0.9965 are 0.998, 0.999, ...: one step above is 0.999
+    assert th["empty"] == 0.999
+    assert report["empty"] == {"candidates": 6, "wrong": 1, "highest_wrong": 0.9965,
+                               "threshold": 0.999, "confirmed": 3}
+    # counting the photo the readers flag all over, the wrong one at 0.99999 leaves no grid
+    # value one step above it: "empty" would never be confirmed
+    th, report = tr.choose_thresholds(P, d, photo_flagged_max=1.0)
+    assert "empty" not in th and report["empty"]["wrong"] == 2
+    # a flag of another reason is not a candidate
+    d["reason"] = np.array(["photo too unreliable"] * n)
+    th, report = tr.choose_thresholds(P, d, photo_flagged_max=1.0)
+    assert report["empty"]["candidates"] == 0 and th["empty"] == 0.99
+
+
+def test_the_dataset_holds_each_region_its_truth_and_the_readers_verdict(tmp_path, capsys):
+    import shutil
+
+    ds = load_script("patch_dataset", register=True)
+    folder = tmp_path / "dev"
+    folder.mkdir()
+    for suffix in (".jpg", ".truth.json"):  # seed 1: a dev seed
+        shutil.copy(SAMPLES / f"crypts-1-easy-s1{suffix}", folder / f"crypts-1-easy-s1{suffix}")
+    out = tmp_path / "rows.npz"
+    assert ds.main([str(folder), "--out", str(out), "--workers", "1"]) == 0
+    d = np.load(out)
+    truth = json.loads((folder / "crypts-1-easy-s1.truth.json").read_text())["marks"]
+    reading = read_photo(str(folder / "crypts-1-easy-s1.jpg"), patch_reader=None)
+    assert d["X"].shape == (len(d["y"]), 32, 32, 5) and len(d["y"]) == len(reading.readings)
+    for rid, y, rd, rv, reason in zip(d["region"], d["y"], d["read"], d["review"], d["reason"]):
+        assert MARKS[y] == truth[rid]
+        r = reading.readings[rid]
+        assert (MARKS[rd], bool(rv), str(reason)) == (r.mark, r.review, r.reason.split(" (")[0])
+    # a photo of a measurement seed not yet spent gives no row, and says so
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    shutil.copy(SAMPLES / "crypts-1-easy-s1.jpg", fresh / "crypts-1-easy-s9900001.jpg")
+    t = json.loads((SAMPLES / "crypts-1-easy-s1.truth.json").read_text())
+    t["seed"] = 9900001
+    (fresh / "crypts-1-easy-s9900001.truth.json").write_text(json.dumps(t))
+    assert ds.main([str(fresh), "--out", str(tmp_path / "none.npz"), "--workers", "1"]) == 1
+    assert "seed 9900001 not allowed" in capsys.readouterr().err
+
+
+def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged():
+    from dataclasses import replace
+
+    from vision.marks import RegionReading
+    from vision.patch_reader import confirm
+
+    t = get_template("crypts-1")
+    m = sheet_model(t, dpi=100.0)
+    geo = patch_geometry(t, m.expected, dpi=100.0)
+    boxes = [r for r in t.regions if r.kind == "box"]
+    blue, blank = boxes[3], boxes[8]
+    sheet = m.expected.copy()
+    # the first box filled with a blue pencil (linear RGB of a mid blue), print kept on top
+    k = 100.0 / 25.4
+    poly = np.asarray(blue.shape.polygon(), float) * k
+    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
+    sheet[int(y0) + 2:int(y1) - 1, int(x0) + 2:int(x1) - 1] *= np.array([0.12, 0.25, 0.65],
+                                                                        np.float32)
+
+    def rd(region, mark, review, reason=""):
+        return RegionReading(region.id, region.kind, mark, 0.999 if not review else 0.9,
+                             review, ((mark, 0.999),), {}, reason)
+    readings = {blue.id: rd(blue, "crossed", False),
+                blank.id: rd(blank, "empty", True,
+                             "low confidence (empty: hand 0.99, learned 0.98)")}
+    reader = default_patch_reader()
+    out, done = confirm(readings, sheet, t, m.expected, dpi=100.0, reader=reader,
+                        review_threshold=0.97)
+    a = out[blue.id]
+    assert a.review and a.mark == "crossed" and a.confidence < 0.97
+    assert a.reason.startswith("the patch reader disagrees (blue")
+    # the blank box's flag of low confidence stays, unread: 1 of 2 regions flagged is a
+    # photo in doubt (over photo_flagged_max)
+    assert done["dissents"] == 1 and done["read"] == 1 and done["photo_flagged"] == 0.5
+    assert out[blank.id] == replace(readings[blank.id], features=out[blank.id].features)
+    assert out[blank.id].review and done["confirmed"] == 0
+    # on a photo with few regions flagged it is lifted
+    many = {**readings, **{r.id: rd(r, "empty", False) for r in boxes[10:20]}}
+    out, done = confirm(many, sheet, t, m.expected, dpi=100.0, reader=reader, review_threshold=0.97)
+    assert not out[blank.id].review and out[blank.id].features["patch_confirmed"] == 1.0
+    assert done["confirmed"] == 1

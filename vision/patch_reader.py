@@ -1,0 +1,378 @@
+"""The patch reader: a small convolutional network that reads a region from its own pixels.
+
+The hand reader and the learned reader (``vision.marks``, ``vision.learned``) judge a region
+by measurements made on it (coverage, hue, X structure, ...). The patch reader looks at the
+region itself: a 32 x 32 picture of the light-normalised sheet around the region (sRGB), with
+the region's outline and the template's print at the same place as two more channels, and the
+region's kind. It was trained on simulated photos of the training painters (dev seeds below
+100000, ``scripts/train_patch_reader.py``) and its thresholds were chosen on the spent
+measurement corpora of the default painter (docs/EVALUATION.md, "Session 45").
+
+It is a third opinion, and it only ever lifts a flag: a reading a person was asked to look at
+for "low confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one
+of the checks for stains, strokes through, print not seen, ...) is confirmed when the patch
+reader names the same mark at least as sure as its threshold for that mark. It changes no
+mark, and it reads nothing on a photo that was not flagged. Why: on held-out painters'
+photos it and the two readers are wrong on different regions (session 45: of 2,755 regions
+flagged on easy and typical photos of a spent held-out corpus, 1,761 were named the same by
+the patch reader at >= 0.99, none of them wrong).
+
+The network runs in numpy (no deep-learning library at read time): float32 3 x 3
+convolutions as one matrix product each, batch normalisation folded into them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import cv2
+import numpy as np
+
+from vision._geom_threads import split_map
+from vision.learned import MODEL_DIR, ReaderModelError
+
+#: The patch reader's model file format.
+PATCH_MODEL_FORMAT = "sheetcheck.patch-reader/1"
+#: The bundled model.
+DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v1.npz"
+#: The marks, in the network's output order (``vision.marks.MARKS``).
+MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "written")
+#: Flag reasons the patch reader may lift (their prefix): the readers' own doubt. Every
+#: other reason (the photo's doubt, the checks for stains, strokes, print not seen, ...) is
+#: kept whatever the patch reader says.
+LIFTABLE = ("low confidence", "readers disagree")
+#: Flags that do not stop the patch reader on a photo (:func:`confirm`): a property of the
+#: template, not of this photo. Any other flag it may not lift (a stain, something lying on
+#: the sheet, a stroke astray, a pencil the calibration lost, the photo's own doubt) leaves
+#: every flag of the photo as the two readers set it. Why (session 45): the patch reader was
+#: trained on clean sheets; on a coffee-stained and a pencil-covered photo of the stain
+#: tests it confirmed wrong readings near the stain the checks had found. (And a photo with
+#: such a flag cannot end with nothing flagged anyway.)
+HARMLESS = ("mostly print",)
+#: Confident readings of these marks are read by the patch reader too, and flagged when it
+#: names another mark first (:func:`confirm`). Why "crossed" (session 45): on the fresh
+#: corpus 5500000 a blue cell of a hard photo was read "crossed" at 0.9983, and the patch
+#: reader read it blue (0.76); on the calibration and held-out corpora it named another mark
+#: first on none of 2,257 confident crossings-out. Crossings-out are few on a sheet, so this
+#: costs little; a confident colour or "empty" is many times more common.
+DISSENT_MARKS = ("crossed",)
+#: Patches per product (:func:`confirm`).
+CHUNK = 16
+
+
+@dataclass(frozen=True)
+class PatchGeometry:
+    """Where each region's patch is cut from the rectified sheet, and what is printed there.
+
+    Attributes
+    ----------
+    ids : tuple of str
+        Region ids, in template order.
+    boxes : (R, 4) int ndarray
+        ``x0, y0, side`` of each region's square window in sheet pixels, and 0 (unused).
+    mask, printed : (R, S, S) uint8 ndarrays
+        The region's outline (255 inside) and the template's print (grey, paper 255) in each
+        window, at the patch size.
+    kinds : tuple of str
+    allowed : (R, 8) bool ndarray
+        The marks each region may take (``MARKS`` order).
+    """
+
+    ids: tuple
+    index: Mapping[str, int]
+    boxes: np.ndarray
+    mask: np.ndarray
+    printed: np.ndarray
+    kinds: tuple
+    allowed: np.ndarray
+    size: int
+    shape: tuple
+
+
+_geo_lock = threading.Lock()
+_geometries: dict = {}
+
+
+def patch_geometry(template, expected: np.ndarray, *, dpi: float, size: int = 32,
+                   margin_mm: float = 1.0) -> PatchGeometry:
+    """The patch windows of ``template`` rendered as ``expected`` ((H, W, 3) linear RGB, paper
+    1) at ``dpi``; built once per template version, dpi and patch size."""
+    key = (template.id, template.version, template.source, float(dpi), int(size), float(margin_mm),
+           expected.shape)
+    with _geo_lock:
+        g = _geometries.get(key)
+        if g is not None:
+            return g
+    k = dpi / 25.4
+    H, W = expected.shape[:2]
+    grey = np.clip(expected.mean(axis=2) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    ids, boxes, masks, prints, kinds, allowed = [], [], [], [], [], []
+    for r in template.regions:
+        poly = np.asarray(r.shape.polygon(segments=64), float) * k
+        (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
+        side = int(np.ceil(max(x1 - x0, y1 - y0) + 2 * margin_mm * k))
+        bx = int(round((x0 + x1) / 2 - side / 2))
+        by = int(round((y0 + y1) / 2 - side / 2))
+        m = np.zeros((side, side), np.uint8)
+        pts = np.round((poly - [bx, by] - 0.5) * 16).astype(np.int32).reshape(-1, 1, 2)
+        cv2.fillPoly(m, [pts], 255, lineType=cv2.LINE_8, shift=4)
+        ids.append(r.id)
+        boxes.append((bx, by, side, 0))
+        masks.append(cv2.resize(m, (size, size), interpolation=cv2.INTER_AREA))
+        prints.append(cv2.resize(_window(grey, bx, by, side, 255), (size, size),
+                                 interpolation=cv2.INTER_AREA))
+        kinds.append(r.kind)
+        allowed.append([mk in r.marks for mk in MARKS])
+    g = PatchGeometry(tuple(ids), {rid: i for i, rid in enumerate(ids)},
+                      np.asarray(boxes, np.int64).reshape(-1, 4),
+                      np.asarray(masks, np.uint8).reshape(-1, size, size),
+                      np.asarray(prints, np.uint8).reshape(-1, size, size), tuple(kinds),
+                      np.asarray(allowed, bool).reshape(-1, len(MARKS)), int(size), (H, W))
+    with _geo_lock:
+        if len(_geometries) >= 32:
+            _geometries.pop(next(iter(_geometries)))
+        _geometries[key] = g
+    return g
+
+
+def _window(img: np.ndarray, x0: int, y0: int, side: int, fill) -> np.ndarray:
+    """``img[y0:y0+side, x0:x0+side]``, padded with ``fill`` where it leaves the picture."""
+    H, W = img.shape[:2]
+    if x0 >= 0 and y0 >= 0 and x0 + side <= W and y0 + side <= H:
+        return img[y0:y0 + side, x0:x0 + side]
+    out = np.full((side, side) + img.shape[2:], fill, img.dtype)
+    ya, yb = max(0, y0), min(H, y0 + side)
+    xa, xb = max(0, x0), min(W, x0 + side)
+    if ya < yb and xa < xb:
+        out[ya - y0:yb - y0, xa - x0:xb - x0] = img[ya:yb, xa:xb]
+    return out
+
+
+def region_patches(linear: np.ndarray, geo: PatchGeometry, which: Sequence[int]) -> np.ndarray:
+    """(N, S, S, 5) uint8: for each region index in ``which``, its window of the normalised
+    sheet ``linear`` ((H, W, 3) linear RGB, paper 1) as sRGB, its outline and its print."""
+    from vision.colour import linear_to_srgb
+
+    S = geo.size
+    which = list(which)
+    out = np.empty((len(which), S, S, 5), np.uint8)
+    if not which:
+        return out
+    rgb = np.empty((len(which), S, S, 3), np.float32)
+    for j, i in enumerate(which):
+        bx, by, side, _ = (int(v) for v in geo.boxes[i])
+        win = _window(linear, bx, by, side, 1.0)
+        rgb[j] = cv2.resize(np.ascontiguousarray(win, np.float32), (S, S),
+                            interpolation=cv2.INTER_AREA)
+    out[..., :3] = linear_to_srgb(rgb)
+    out[..., 3] = geo.mask[which]
+    out[..., 4] = geo.printed[which]
+    return out
+
+
+@dataclass(frozen=True)
+class PatchReader:
+    """A loaded patch-reader model (:func:`load_patch_reader`)."""
+
+    meta: Mapping[str, Any]
+    convs: tuple  # ((W (9*C, O) float32, b (O,) float32, pool_after: bool), ...)
+    fc: tuple  # ((W, b), (W, b))
+    kinds: tuple
+    size: int
+    margin_mm: float
+    #: per mark: the patch reader's probability at or above which a flagged reading of that
+    #: mark is confirmed (a mark missing here is never confirmed)
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    #: flags are lifted only on a photo with at most this share of its regions flagged by
+    #: the two readers (on a photo the readers doubt as a whole, a blurred or dark one, the
+    #: patch reader was sure of wrong readings too)
+    photo_flagged_max: float = 1.0
+
+    @property
+    def id(self) -> str:
+        return str(self.meta.get("id", "?"))
+
+    def probabilities(self, patches: np.ndarray, kinds: Sequence[str],
+                      allowed: np.ndarray) -> np.ndarray:
+        """(N, 8) probabilities over ``MARKS`` (0 for marks a region may not take)."""
+        n = len(patches)
+        if n == 0:
+            return np.zeros((0, len(MARKS)), np.float32)
+        x = patches.astype(np.float32) * np.float32(1 / 255.0)
+        for w, b, pool in self.convs:
+            x = _conv3x3_relu(x, w, b)
+            if pool:
+                N, H, W, C = x.shape
+                x = x.reshape(N, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
+        onehot = np.zeros((n, len(self.kinds)), np.float32)
+        for i, kd in enumerate(kinds):
+            if kd in self.kinds:
+                onehot[i, self.kinds.index(kd)] = 1.0
+        z = np.concatenate([x.mean(axis=(1, 2)), x.max(axis=(1, 2)), onehot], axis=1)
+        (w1, b1), (w2, b2) = self.fc
+        h = np.maximum(z @ w1 + b1, 0.0)
+        lo = (h @ w2 + b2).astype(np.float64)
+        lo[~np.asarray(allowed, bool)] = -np.inf
+        lo -= lo.max(axis=1, keepdims=True)
+        p = np.exp(lo)
+        return (p / p.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _conv3x3_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """3 x 3 convolution, padding 1, then ReLU, on (N, H, W, C) float32; ``w`` is (9*C, O)
+    in (row, column, channel) order."""
+    N, H, W, C = x.shape
+    xp = np.zeros((N, H + 2, W + 2, C), np.float32)
+    xp[:, 1:-1, 1:-1] = x
+    cols = np.empty((N, H, W, 9, C), np.float32)
+    for k in range(9):
+        dy, dx = divmod(k, 3)
+        cols[:, :, :, k] = xp[:, dy:dy + H, dx:dx + W]
+    y = cols.reshape(N * H * W, 9 * C) @ w
+    y += b
+    np.maximum(y, 0.0, out=y)
+    return y.reshape(N, H, W, -1)
+
+
+def load_patch_reader(path) -> PatchReader:
+    """A patch-reader model from its ``.npz`` file (``scripts/train_patch_reader.py``).
+
+    Raises
+    ------
+    ReaderModelError
+        when the file is missing, damaged or of another format.
+    """
+    path = Path(path)
+    hint = ("Reinstall sheetcheck (calibration/models/ ships with it), or read with "
+            "--no-patch-reader.")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise ReaderModelError(f"the patch reader's model {path} is missing.", hint=hint) from None
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise ReaderModelError(f"the patch reader's model {path} cannot be read ({e}).",
+                               hint=hint) from None
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+        if meta.get("format") != PATCH_MODEL_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {PATCH_MODEL_FORMAT!r}")
+        if list(meta["marks"]) != list(MARKS):
+            raise ValueError("its marks are not this version's")
+        convs = []
+        for i, pool in enumerate(meta["pool_after"]):
+            w, b = arrays[f"conv{i}_w"].astype(np.float32), arrays[f"conv{i}_b"].astype(np.float32)
+            if w.ndim != 2 or w.shape[1] != b.shape[0]:
+                raise ValueError(f"conv{i} has shapes {w.shape} and {b.shape}")
+            convs.append((w, b, bool(pool)))
+        fc = tuple((arrays[f"fc{i}_w"].astype(np.float32), arrays[f"fc{i}_b"].astype(np.float32))
+                   for i in range(2))
+        th = {m: float(v) for m, v in meta.get("thresholds", {}).items() if m in MARKS}
+        return PatchReader(meta=meta, convs=tuple(convs), fc=fc, kinds=tuple(meta["kinds"]),
+                           size=int(meta["size"]), margin_mm=float(meta["margin_mm"]),
+                           thresholds=th,
+                           photo_flagged_max=float(meta.get("photo_flagged_max", 1.0)))
+    except (KeyError, ValueError, TypeError) as e:
+        raise ReaderModelError(f"the patch reader's model {path} is damaged ({e}).",
+                               hint=hint) from None
+
+
+_default_lock = threading.Lock()
+_default: list = []
+
+
+def default_patch_reader() -> PatchReader:
+    """The bundled patch reader, loaded once per process."""
+    with _default_lock:
+        if not _default:
+            _default.append(load_patch_reader(DEFAULT_PATCH_MODEL))
+        return _default[0]
+
+
+def resolve_patch_reader(patch_reader) -> PatchReader | None:
+    """``"default"`` -> the bundled model; None or a PatchReader as given."""
+    if isinstance(patch_reader, str):
+        if patch_reader != "default":
+            raise ValueError(f"patch_reader must be 'default', None or a PatchReader, "
+                             f"got {patch_reader!r}")
+        return default_patch_reader()
+    return patch_reader
+
+
+def liftable(rd) -> bool:
+    """Whether a flagged reading's reason is one the patch reader may lift."""
+    return bool(rd.review) and any(rd.reason.startswith(p) for p in LIFTABLE)
+
+
+def confirm(readings: Mapping[str, Any], linear: np.ndarray, template, expected: np.ndarray, *,
+            dpi: float, reader: PatchReader, review_threshold: float,
+            objects: bool = False) -> tuple[dict, dict]:
+    """The readings with the flags the patch reader confirms lifted, and a summary.
+
+    On a photo with at most ``reader.photo_flagged_max`` of its regions flagged, no flag but
+    :data:`LIFTABLE` and :data:`HARMLESS` ones and nothing lying on it (``objects``), every
+    flagged reading with a :data:`LIFTABLE` reason is read by the patch reader; when it
+    names the reading's own mark with at least its threshold for that mark, the reading is no
+    longer flagged and its confidence is the patch reader's probability. Every reading it read
+    gains the features ``patch_mark`` and ``patch_confidence``; a lifted one also
+    ``patch_confirmed`` (1). And every confident reading of a :data:`DISSENT_MARKS` mark is
+    read too: when the patch reader names another mark first, the reading is flagged ("the
+    patch reader disagrees (blue 0.756)"), its mark kept, its confidence just under
+    ``review_threshold``. Nothing else changes."""
+    out = dict(readings)
+    share = sum(1 for rd in readings.values() if rd.review) / max(1, len(readings))
+    held_back = next((rd.reason.split(" (")[0] for rd in readings.values()
+                      if rd.review and not liftable(rd) and not rd.reason.startswith(HARMLESS)),
+                     "something lies on the sheet" if objects else None)
+    todo = [rid for rid, rd in readings.items() if liftable(rd)
+            and rd.mark in reader.thresholds] if (share <= reader.photo_flagged_max
+                                                  and held_back is None) else []
+    # confident readings the patch reader must not contradict
+    watch = [rid for rid, rd in readings.items() if not rd.review and rd.mark in DISSENT_MARKS]
+    summary = {"model": reader.id, "read": 0, "confirmed": 0, "dissents": 0,
+               "photo_flagged": round(share, 4), "held_back_by": held_back}
+    todo += watch
+    if not todo:
+        return out, summary
+    geo = patch_geometry(template, expected, dpi=dpi, size=reader.size,
+                         margin_mm=reader.margin_mm)
+    which = [geo.index[rid] for rid in todo if rid in geo.index]
+    todo = [rid for rid in todo if rid in geo.index]
+    patches = region_patches(linear, geo, which)
+    kinds = [geo.kinds[i] for i in which]
+    allowed = geo.allowed[which]
+    # in fixed chunks, shared by the two threads when a core is idle (numpy's products release
+    # the interpreter lock): each chunk is computed alike whichever thread takes it, so the
+    # probabilities do not depend on the threads
+    starts = list(range(0, len(which), CHUNK))
+    parts = split_map(lambda lo, hi: [reader.probabilities(patches[a:a + CHUNK],
+                                                           kinds[a:a + CHUNK],
+                                                           allowed[a:a + CHUNK])
+                                      for a in starts[lo:hi]], len(starts))
+    probs = np.concatenate(parts) if parts else np.zeros((0, len(MARKS)), np.float32)
+    summary["read"] = len(todo)
+    for rid, p in zip(todo, probs):
+        rd = readings[rid]
+        best = int(np.argmax(p))
+        pm, pc = MARKS[best], float(p[best])
+        feats = {**rd.features, "patch_mark": pm, "patch_confidence": round(pc, 6)}
+        if not rd.review:  # (a confident reading it watches)
+            if pm != rd.mark:
+                cap = np.nextafter(review_threshold, 0.0) - 1e-4
+                out[rid] = replace(rd, review=True, confidence=float(min(rd.confidence, cap)),
+                                   features=feats,
+                                   reason=f"the patch reader disagrees ({pm} {pc:.3f})")
+                summary["dissents"] += 1
+            else:
+                out[rid] = replace(rd, features=feats)
+        elif pm == rd.mark and pc >= reader.thresholds[rd.mark]:
+            feats["patch_confirmed"] = 1.0
+            out[rid] = replace(rd, review=False, confidence=pc, features=feats, reason="")
+            summary["confirmed"] += 1
+        else:
+            out[rid] = replace(rd, features=feats)
+    return out, summary
