@@ -269,3 +269,26 @@ def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged()
     out, done = confirm(many, sheet, t, m.expected, dpi=100.0, reader=reader, review_threshold=0.97)
     assert not out[blank.id].review and out[blank.id].features["patch_confirmed"] == 1.0
     assert done["confirmed"] == 1
+
+
+def test_patches_from_the_light_stage_match_the_normalised_sheet():
+    """region_patches computes a NormalisedLight's pixels in the windows alone: the same
+    patches as from the whole normalised sheet (``linear``), to a unit of rounding."""
+    from vision.colour import linear_to_srgb
+    from vision.light import normalise_light
+
+    t = get_template("reefs-2")
+    m = sheet_model(t, dpi=100.0)
+    geo = patch_geometry(t, m.expected, dpi=100.0)
+    # the clean sheet under uneven warm light, as a photo
+    H, W = m.expected.shape[:2]
+    ramp = np.linspace(0.6, 1.0, W, dtype=np.float32)[None, :, None]
+    img = linear_to_srgb(m.expected * ramp * np.array([1.0, 0.85, 0.6], np.float32))
+    light = normalise_light(img, paper_mask=m.paper_mask)
+    which = list(range(len(geo.ids)))
+    a = region_patches(light, geo, which).astype(int)
+    b = region_patches(light.linear, geo, which).astype(int)
+    assert np.abs(a - b).max() <= 1 and (a != b).mean() < 0.001
+    # a window partly off the sheet: paper beyond it either way
+    edge = int(np.argmin(geo.boxes[:, 0]))
+    assert (region_patches(light, geo, [edge]) == region_patches(light.linear, geo, [edge])).mean() > 0.99

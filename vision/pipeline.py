@@ -335,7 +335,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     # (session 45) the third opinion on the readers' own doubt (vision.patch_reader)
     readings, patches_done = sheet.readings, None
     if reader3 is not None:
-        readings, patches_done = confirm_by_patches(readings, light.linear, template,
+        readings, patches_done = confirm_by_patches(readings, light, template,
                                                     model.expected, dpi=dpi, reader=reader3,
                                                     review_threshold=review_threshold,
                                                     objects=bool(sheet.objects))
@@ -344,7 +344,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
         geo = patch_geometry(template, model.expected, dpi=dpi,
                              size=reader3.size if reader3 else 32,
                              margin_mm=reader3.margin_mm if reader3 else 1.0)
-        kept_patches = (geo.ids, region_patches(light.linear, geo, range(len(geo.ids))),
+        kept_patches = (geo.ids, region_patches(light, geo, range(len(geo.ids))),
                         geo.kinds, geo.allowed)
     t6 = time.perf_counter()
     timings["patches"] = (t6 - t5) * 1000
