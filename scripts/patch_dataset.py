@@ -26,7 +26,6 @@ import json
 import os
 import sys
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from reader_dataset import _seed_of, seed_allowed  # noqa: E402
+from reader_dataset import _seed_of, read_corpora, seed_allowed  # noqa: E402
 
 
 def photo_patches(job: tuple[str, str]) -> dict:
@@ -73,27 +72,15 @@ def photo_patches(job: tuple[str, str]) -> dict:
 
 
 def main(argv=None) -> int:
-    from sheetcheck.commands.eval import find_pairs
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", help="corpus folders (scripts/make_corpus.py --out)")
     ap.add_argument("--out", required=True, help=".npz to write (keep it outside the repository)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    jobs = [(str(p), str(t)) for d in args.folders for p, t in find_pairs(d)]
     t0 = time.time()
-    results = []
-    with Pool(args.workers, initializer=os.nice, initargs=(5,)) as pool:
-        for k, res in enumerate(pool.imap(photo_patches, jobs, chunksize=2)):
-            results.append(res)
-            if (k + 1) % 50 == 0 or k + 1 == len(jobs):
-                print(f"[{k + 1}/{len(jobs)}] {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    ok = [r for r in results if "skip" not in r and len(r["y"])]
-    skipped = [{"photo": r["photo"], "why": r["skip"]} for r in results if "skip" in r]
+    ok, skipped = read_corpora(args.folders, photo_patches, workers=args.workers, out=args.out,
+                               initializer=os.nice, initargs=(5,), every=50)
     if not ok:
-        why = sorted({s["why"] for s in skipped})
-        print(f"error: no photo gave rows ({len(skipped)} skipped: {'; '.join(why[:3])}); "
-              f"nothing written to {args.out}", file=sys.stderr)
         return 1
     n = [len(r["y"]) for r in ok]
     cat = lambda k, dt=None: np.asarray(sum((list(r[k]) for r in ok), []), dt)  # noqa: E731

@@ -140,6 +140,31 @@ def photo_rows(job: tuple[str, str]) -> dict:
             "hand": np.asarray(hand, np.int16), "photo_conf": pc}
 
 
+def read_corpora(folders, fn, *, workers: int, out, initializer=None, initargs=(),
+                 every: int = 20) -> tuple[list, list]:
+    """``fn((photo, truth))`` for every photo of ``folders`` on ``workers`` processes, with
+    progress on stderr: ``(results that gave rows, [{"photo", "why"} of those skipped])``.
+    When none gave rows (a held-out painter's corpus, unspent measurement seeds: every photo
+    refused), says so and why on stderr (nothing is written to ``out``)."""
+    from sheetcheck.commands.eval import find_pairs
+
+    jobs = [(str(p), str(t)) for d in folders for p, t in find_pairs(d)]
+    t0 = time.time()
+    results = []
+    with Pool(workers, initializer=initializer, initargs=initargs) as pool:
+        for k, res in enumerate(pool.imap(fn, jobs, chunksize=2)):
+            results.append(res)
+            if (k + 1) % every == 0 or k + 1 == len(jobs):
+                print(f"[{k + 1}/{len(jobs)}] {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    ok = [r for r in results if "skip" not in r and len(r["y"])]
+    skipped = [{"photo": r["photo"], "why": r["skip"]} for r in results if "skip" in r]
+    if not ok:
+        why = sorted({s["why"] for s in skipped})
+        print(f"error: no photo gave rows ({len(skipped)} skipped: {'; '.join(why[:3])}); "
+              f"nothing written to {out}", file=sys.stderr)
+    return ok, skipped
+
+
 def _init_worker(tone: bool):
     import vision.light
 
@@ -153,8 +178,6 @@ def _init_worker(tone: bool):
 
 
 def main(argv=None) -> int:
-    from sheetcheck.commands.eval import find_pairs
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", help="corpus folders (scripts/make_corpus.py --out)")
     ap.add_argument("--out", required=True, help=".npz to write (keep it outside the repository)")
@@ -167,25 +190,12 @@ def main(argv=None) -> int:
     import vision.light
 
     tone = bool(vision.light.TONE_CORRECTION) if args.tone == "default" else args.tone == "on"
-    jobs = []
-    for d in args.folders:
-        jobs += [(str(p), str(t)) for p, t in find_pairs(d)]
     t0 = time.time()
-    results = []
-    with Pool(args.workers, initializer=_init_worker, initargs=(tone,)) as pool:
-        for k, res in enumerate(pool.imap(photo_rows, jobs, chunksize=2)):
-            results.append(res)
-            if (k + 1) % 20 == 0 or k + 1 == len(jobs):
-                print(f"[{k + 1}/{len(jobs)}] {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    from vision.marks import FEATURE_NAMES
-    ok = [r for r in results if "skip" not in r and len(r["y"])]
-    skipped = [{"photo": r["photo"], "why": r["skip"]} for r in results if "skip" in r]
+    ok, skipped = read_corpora(args.folders, photo_rows, workers=args.workers, out=args.out,
+                               initializer=_init_worker, initargs=(tone,))
     if not ok:
-        # (e.g. a held-out painter's corpus, or unspent measurement seeds: every photo refused)
-        why = sorted({s["why"] for s in skipped})
-        print(f"error: no photo gave rows ({len(skipped)} skipped: {'; '.join(why[:3])}); "
-              f"nothing written to {args.out}", file=sys.stderr)
         return 1
+    from vision.marks import FEATURE_NAMES
     n = [len(r["y"]) for r in ok]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -142,12 +142,18 @@ def test_eval_on_an_empty_folder_says_what_to_do(tmp_path, capsys):
     assert code == 50 and "no photo with a NAME.truth.json" in err and "sheetcheck simulate" in err
 
 
-def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsys):
-    from vision.learned import DEFAULT_MODEL, MODEL_DIR
+def _one_photo(folder, tmp_path):
+    """A folder holding the first photo of ``folder`` and its truth."""
     one = tmp_path / "one"
     one.mkdir()
     for name in ("p0.jpg", "p0.truth.json"):
         (one / name).write_bytes((folder / name).read_bytes())
+    return one
+
+
+def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsys):
+    from vision.learned import DEFAULT_MODEL, MODEL_DIR
+    one = _one_photo(folder, tmp_path)
     out_json = tmp_path / "v1.json"
     assert main(["eval", str(one), "--reader", str(MODEL_DIR / "reader-v1.json"),
                  "--json", str(out_json)]) == 0
@@ -206,10 +212,7 @@ def test_eval_lists_every_wrong_reading_and_why_regions_were_flagged(folder, tmp
 
 
 def test_eval_and_read_without_the_patch_reader_when_asked(folder, tmp_path, capsys):
-    one = tmp_path / "one"
-    one.mkdir()
-    for name in ("p0.jpg", "p0.truth.json"):
-        (one / name).write_bytes((folder / name).read_bytes())
+    one = _one_photo(folder, tmp_path)
     out_json = tmp_path / "e.json"
     assert main(["eval", str(one), "--no-patch-reader", "--json", str(out_json)]) == 0
     assert ", no patch reader)" in capsys.readouterr().out
