@@ -20,7 +20,7 @@ Datasets are ``scripts/patch_dataset.py``'s.
   top is never confirmed.
 - ``--test``: information only (any painter, nothing chosen): what the thresholds lift there.
 
-The network (about 60,000 weights): five 3 x 3 convolutions with batch normalisation and
+The network (79,464 weights): five 3 x 3 convolutions with batch normalisation and
 ReLU (16 channels at 32 x 32, max pool, 32 and 32 at 16 x 16, max pool, 64 and 64 at 8 x 8),
 the mean and maximum of each channel, the region's kind one-hot, a hidden layer of 64, eight
 outputs; a region's marks it may not take are masked out. Trained with AdamW and a one-cycle

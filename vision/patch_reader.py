@@ -5,17 +5,18 @@ by measurements made on it (coverage, hue, X structure, ...). The patch reader l
 region itself: a 32 x 32 picture of the light-normalised sheet around the region (sRGB), with
 the region's outline and the template's print at the same place as two more channels, and the
 region's kind. It was trained on simulated photos of the training painters (dev seeds below
-100000, ``scripts/train_patch_reader.py``) and its thresholds were chosen on the spent
-measurement corpora of the default painter (docs/EVALUATION.md, "Session 45").
+100000, ``scripts/train_patch_reader.py``) and its thresholds were chosen on spent
+measurement corpora of the default painter and a dev corpus of the varied one, crossed out
+(docs/EVALUATION.md, "Session 45").
 
-It is a third opinion, and it only ever lifts a flag: a reading a person was asked to look at
-for "low confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one
-of the checks for stains, strokes through, print not seen, ...) is confirmed when the patch
-reader names the same mark at least as sure as its threshold for that mark. It changes no
-mark, and it reads nothing on a photo that was not flagged. Why: on held-out painters'
-photos it and the two readers are wrong on different regions (session 45: of 2,755 regions
-flagged on easy and typical photos of a spent held-out corpus, 1,761 were named the same by
-the patch reader at >= 0.99, none of them wrong).
+It is a third opinion that never changes a mark. A reading a person was asked to look at for
+"low confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one of
+the checks for stains, strokes through, print not seen, ...) is confirmed when the patch
+reader names the same mark at least as sure as its threshold for that mark, on a photo that
+is otherwise clear (:func:`confirm`); and a confident "crossed" it reads as another mark is
+flagged. Why: the two readers and a network are wrong on different regions (session 45: of
+2,755 regions flagged on easy and typical photos of a spent held-out corpus, a first version
+of the network named the same mark on 1,761 at >= 0.99, none of them wrong).
 
 The network runs in numpy (no deep-learning library at read time): float32 3 x 3
 convolutions as one matrix product each, batch normalisation folded into them.
@@ -72,14 +73,20 @@ class PatchGeometry:
     ----------
     ids : tuple of str
         Region ids, in template order.
+    index : mapping of region id -> its row
     boxes : (R, 4) int ndarray
-        ``x0, y0, side`` of each region's square window in sheet pixels, and 0 (unused).
+        ``x0, y0, side`` of each region's square window in sheet pixels (its bounding box and
+        ``margin_mm`` around it, centred), and a 0.
     mask, printed : (R, S, S) uint8 ndarrays
         The region's outline (255 inside) and the template's print (grey, paper 255) in each
         window, at the patch size.
     kinds : tuple of str
     allowed : (R, 8) bool ndarray
         The marks each region may take (``MARKS`` order).
+    size : int
+        The patch side S in pixels.
+    shape : (H, W)
+        The sheet's size in pixels at the dpi it was built for.
     """
 
     ids: tuple
