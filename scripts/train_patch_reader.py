@@ -43,7 +43,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.patch_reader import HARMLESS, LIFTABLE, MARKS, PATCH_MODEL_FORMAT  # noqa: E402
+from vision.patch_reader import (HARMLESS, LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
+                                 PATCH_MODEL_FORMAT)
 
 #: Thresholds the calibration may choose among.
 GRID = (0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999)
@@ -123,12 +124,16 @@ def photo_flagged_share(d: dict) -> np.ndarray:
     return (flagged / n)[inv]
 
 
+def _flagged_for(d: dict, reasons: tuple) -> np.ndarray:
+    """Rows flagged with a reason starting with one of ``reasons``."""
+    return d["review"] & np.array([str(r).startswith(reasons) for r in d["reason"]], bool)
+
+
 def candidate_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     """The rows the thresholds are chosen on: flagged for a :data:`LIFTABLE` reason on a photo
     with at most ``photo_flagged_max`` of its regions flagged, whatever its other flags (more
     rows than the patch reader reads: stricter thresholds)."""
-    lift = d["review"] & np.array([any(r.startswith(p) for p in LIFTABLE) for r in d["reason"]])
-    return lift & (photo_flagged_share(d) <= photo_flagged_max)
+    return _flagged_for(d, LIFTABLE) & (photo_flagged_share(d) <= photo_flagged_max)
 
 
 def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
@@ -136,11 +141,10 @@ def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     :data:`LIFTABLE` reason, on a photo with at most ``photo_flagged_max`` of its regions
     flagged and no flag of another reason but a :data:`HARMLESS` one. (Objects lying on
     the sheet, which also hold it back, are not in the datasets.)"""
-    lift = d["review"] & np.array([any(r.startswith(p) for p in LIFTABLE) for r in d["reason"]])
-    other = d["review"] & ~lift & ~np.array([str(r).startswith(HARMLESS) for r in d["reason"]])
+    other = d["review"] & ~_flagged_for(d, LIFTABLE + HARMLESS)
     _, inv = np.unique(d["photo"], return_inverse=True)
     held = np.bincount(inv, weights=other.astype(float)) > 0
-    return lift & (photo_flagged_share(d) <= photo_flagged_max) & ~held[inv]
+    return candidate_rows(d, photo_flagged_max) & ~held[inv]
 
 
 def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
@@ -303,7 +307,8 @@ def main(argv=None) -> int:
         print(f"epoch {ep}: loss {ls / tot:.4f}, accuracy {cor / tot:.4f}, {time.time() - t0:.0f} s",
               flush=True)
     meta = {"id": a.id, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "size": int(fit["X"].shape[1]), "margin_mm": 1.0,
+            # (the windows patch_dataset.py cut: the reader's defaults)
+            "size": int(fit["X"].shape[1]), "margin_mm": MARGIN_MM,
             "training": {"fit": [Path(p).name for p in a.fit], "regions": int(n),
                          "epochs": a.epochs, "seed": a.seed, "torch": torch.__version__}}
     meta = calibrate(meta, predict, a.calib, a.test, a.photo_flagged_max)

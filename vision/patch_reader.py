@@ -61,6 +61,11 @@ HARMLESS = ("mostly print",)
 #: first on none of 2,257 confident crossings-out. Crossings-out are few on a sheet, so this
 #: costs little; a confident colour or "empty" is many times more common.
 DISSENT_MARKS = ("crossed",)
+#: The patch side in pixels and the paper around a region's bounding box in a patch: the
+#: windows a dataset is built with when no model says otherwise (``PatchReader.size``,
+#: ``PatchReader.margin_mm`` of a model fitted on them).
+PATCH_SIZE = 32
+MARGIN_MM = 1.0
 #: Patches per product (:func:`confirm`).
 CHUNK = 8
 
@@ -104,8 +109,8 @@ _geo_lock = threading.Lock()
 _geometries: dict = {}
 
 
-def patch_geometry(template, expected: np.ndarray, *, dpi: float, size: int = 32,
-                   margin_mm: float = 1.0) -> PatchGeometry:
+def patch_geometry(template, expected: np.ndarray, *, dpi: float, size: int = PATCH_SIZE,
+                   margin_mm: float = MARGIN_MM) -> PatchGeometry:
     """The patch windows of ``template`` rendered as ``expected`` ((H, W, 3) linear RGB, paper
     1) at ``dpi``; built once per template version, dpi and patch size."""
     key = (template.id, template.version, template.source, float(dpi), int(size), float(margin_mm),
@@ -331,7 +336,7 @@ def resolve_patch_reader(patch_reader) -> PatchReader | None:
 
 def liftable(rd) -> bool:
     """Whether a flagged reading's reason is one the patch reader may lift."""
-    return bool(rd.review) and any(rd.reason.startswith(p) for p in LIFTABLE)
+    return bool(rd.review) and rd.reason.startswith(LIFTABLE)
 
 
 def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray, *,

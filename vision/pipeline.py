@@ -342,8 +342,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     kept_patches = None
     if keep_patches:
         geo = patch_geometry(template, model.expected, dpi=dpi,
-                             size=reader3.size if reader3 else 32,
-                             margin_mm=reader3.margin_mm if reader3 else 1.0)
+                             **({"size": reader3.size, "margin_mm": reader3.margin_mm}
+                                if reader3 is not None else {}))
         kept_patches = (geo.ids, region_patches(light, geo, range(len(geo.ids))),
                         geo.kinds, geo.allowed)
     t6 = time.perf_counter()
