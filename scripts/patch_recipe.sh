@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Remake the patch reader (vision.patch_reader) from its seeds: session 45's patch-v1.
+# Remake the patch reader (vision.patch_reader) from its seeds: session 45's patch-v1, which
+# session 46 recalibrated as patch-v1.1 (same weights; the thresholds that correct a flagged
+# mark added: `train_patch_reader.py --recalibrate patch-v1.npz --calib ... --test ... --id
+# patch-v1.1`, the same --calib and --test as below). A fit made now chooses both.
 #
 #   scripts/patch_recipe.sh WORK          # corpora, datasets and the fit (~50 min on two cores)
 #   DRY_RUN=1 scripts/patch_recipe.sh WORK   # print the commands instead of running them
@@ -8,8 +11,8 @@
 # rate 0.3); thresholds chosen on the spent default corpora 5300000 and 5400000 (crossed out)
 # and the dev varied corpus 98000 (crossed out); the held-out painter's spent corpora 1510000
 # and 1520000 (crossed out) measured only. Needs PyTorch for the fit (`pip install -e
-# '.[train-patch]'`). The model goes to WORK/patch-v1.npz; copy it to calibration/models/ to
-# ship it. A corpus or dataset that exists is skipped, so an interrupted run picks up.
+# '.[train-patch]'`). The model goes to WORK/patch-v1.1.npz; copy it to calibration/models/
+# to ship it. A corpus or dataset that exists is skipped, so an interrupted run picks up.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
@@ -54,4 +57,4 @@ done
 # shellcheck disable=SC2046
 run "$PY" "$ROOT/scripts/train_patch_reader.py" --fit $(names "${FIT[@]}") \
   --calib $(names "${CALIB[@]}") --test $(names "${TEST[@]}") \
-  --out "$WORK/patch-v1.npz" --id patch-v1 --epochs 10 --seed 0
+  --out "$WORK/patch-v1.1.npz" --id patch-v1.1 --epochs 10 --seed 0

@@ -2,7 +2,7 @@
 """Fit the patch reader (``vision.patch_reader``) and choose its thresholds.
 
     python scripts/train_patch_reader.py --fit A.npz B.npz ... --calib C.npz ... \\
-        [--test D.npz ...] --out calibration/models/patch-v1.npz --id patch-v1
+        [--test D.npz ...] --out calibration/models/patch-v1.1.npz --id patch-v1.1
 
 Needs PyTorch (training only: ``pip install torch==2.13.0``; reading needs numpy alone).
 Datasets are ``scripts/patch_dataset.py``'s.
@@ -18,7 +18,15 @@ Datasets are ``scripts/patch_dataset.py``'s.
   ``GRID`` above which the patch reader, naming the same mark, confirms no wrong reading,
   one grid step above the highest wrong one; a mark with a wrong confirmation at the grid's
   top is never confirmed.
-- ``--test``: information only (any painter, nothing chosen): what the thresholds lift there.
+  The thresholds at which a flagged reading is corrected to another mark (session 46,
+  ``vision.patch_reader.SWITCH_MARKS``) are chosen on the same rows: per mark, on the regions
+  flagged with a reason of ``SWITCH_FROM`` on a photo with no flag of another reason (but a
+  harmless one), whatever share of it is flagged, that the patch reader names as that mark
+  and the readers as another, the lowest threshold of ``SWITCH_GRID`` at which, and at every
+  grid step above which, corrections of a right reading are at most ``SWITCH_LOSS_MAX`` of
+  the right corrections, with at least ``SWITCH_MIN_RIGHT`` right ones.
+- ``--test``: information only (any painter, nothing chosen): what the thresholds lift and
+  correct there.
 
 The network (79,464 weights): five 3 x 3 convolutions with batch normalisation and
 ReLU (16 channels at 32 x 32, max pool, 32 and 32 at 16 x 16, max pool, 64 and 64 at 8 x 8),
@@ -44,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vision.patch_reader import (HARMLESS, LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
-                                 PATCH_MODEL_FORMAT)
+                                 PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
 #: Thresholds the calibration may choose among.
 GRID = (0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999)
@@ -52,6 +60,12 @@ GRID = (0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999)
 #: two readers (session 45: chosen on the calibration corpora among 0.2-0.5; beyond it the
 #: patch reader agreed, sure, with wrong readings of blurred and dark photos).
 PHOTO_FLAGGED_MAX = 0.3
+#: Thresholds a correction may be chosen among, and its rule (see the module; session 46:
+#: a wrong correction still leaves the region flagged, so the rule weighs right against
+#: wrong corrections instead of asking for none).
+SWITCH_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999)
+SWITCH_LOSS_MAX = 0.01
+SWITCH_MIN_RIGHT = 10
 #: The network's layers: (out channels, max pool after).
 LAYERS = ((16, True), (32, False), (32, True), (64, False), (64, False))
 FIELDS = ("X", "y", "allowed", "kind", "read", "conf", "review", "reason", "seed", "painter",
@@ -147,6 +161,50 @@ def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     return candidate_rows(d, photo_flagged_max) & ~held[inv]
 
 
+def switch_rows(d: dict) -> np.ndarray:
+    """The rows ``vision.patch_reader.confirm`` would read to correct their mark: flagged for
+    a :data:`SWITCH_FROM` reason on a photo with no flag of another reason but a
+    :data:`HARMLESS` one (objects, which also hold it back, are not in the datasets)."""
+    other = d["review"] & ~_flagged_for(d, SWITCH_FROM + HARMLESS)
+    _, inv = np.unique(d["photo"], return_inverse=True)
+    held = np.bincount(inv, weights=other.astype(float)) > 0
+    return _flagged_for(d, SWITCH_FROM) & ~held[inv]
+
+
+def choose_switch_thresholds(P: np.ndarray, d: dict) -> tuple[dict, dict]:
+    """Per mark of :data:`SWITCH_MARKS`, the lowest :data:`SWITCH_GRID` threshold at and above
+    which wrong corrections stay within :data:`SWITCH_LOSS_MAX` of the right ones (see the
+    module); a mark without one is never corrected to."""
+    pm, pc = P.argmax(1), P.max(1)
+    rows = switch_rows(d) & (pm != d["read"])
+    th, report = {}, {}
+    for name in SWITCH_MARKS:
+        m = MARKS.index(name)
+        cand = rows & (pm == m)
+        right = [int((cand & (pc >= t) & (d["y"] == m)).sum()) for t in SWITCH_GRID]
+        wrong = [int((cand & (pc >= t) & (d["read"] == d["y"])).sum()) for t in SWITCH_GRID]
+        fine = [w <= SWITCH_LOSS_MAX * r for r, w in zip(right, wrong)]
+        ok = [i for i in range(len(SWITCH_GRID))
+              if all(fine[i:]) and right[i] >= SWITCH_MIN_RIGHT]
+        report[name] = {"candidates": int(cand.sum()),
+                        "right_wrong_by_grid": [[r, w] for r, w in zip(right, wrong)]}
+        if ok:
+            th[name] = SWITCH_GRID[ok[0]]
+            report[name]["threshold"] = th[name]
+    return th, report
+
+
+def corrections(P, d, sw) -> dict:
+    """What the correction thresholds ``sw`` do to a dataset's rows."""
+    pm, pc = P.argmax(1), P.max(1)
+    t = np.array([sw.get(MARKS[m], 2.0) for m in pm])
+    cor = switch_rows(d) & (pm != d["read"]) & (pc >= t)
+    after = np.where(cor, pm, d["read"])
+    return {"corrected": int(cor.sum()), "corrected_right": int((cor & (pm == d["y"])).sum()),
+            "corrected_wrong": int((cor & (d["read"] == d["y"])).sum()),
+            "readers_accuracy_corrected": round(float((after == d["y"]).mean()), 5)}
+
+
 def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
     """Per mark, the lowest grid threshold above every wrong confirmation (see the module), on
     the photos with at most ``photo_flagged_max`` of their regions flagged."""
@@ -191,15 +249,24 @@ def calibrate(meta: dict, predict, calib_paths, test_paths, photo_flagged_max: f
     """The thresholds chosen on ``calib_paths`` and what they lift on ``test_paths``, into
     ``meta`` (``predict(d)``: the model's probabilities for a dataset's rows)."""
     calib = load(calib_paths, role="calib")
-    th, report = choose_thresholds(predict(calib), calib, photo_flagged_max)
+    P = predict(calib)
+    th, report = choose_thresholds(P, calib, photo_flagged_max)
     print("thresholds", json.dumps(report), flush=True)
+    sw, sw_report = choose_switch_thresholds(P, calib)
+    print("corrections", json.dumps(sw_report), flush=True)
     meta = {**meta, "thresholds": th, "photo_flagged_max": photo_flagged_max,
+            "switch_thresholds": sw,
             "calibration": {"datasets": [Path(p).name for p in calib_paths], "by_mark": report,
-                            "grid": list(GRID), "photo_flagged_max": photo_flagged_max},
+                            "grid": list(GRID), "photo_flagged_max": photo_flagged_max,
+                            "switch_by_mark": sw_report, "switch_grid": list(SWITCH_GRID),
+                            "switch_loss_max": SWITCH_LOSS_MAX,
+                            "switch_min_right": SWITCH_MIN_RIGHT},
             "validation": {}}
     for p in test_paths:
         d = load([p], role="test")
-        meta["validation"][Path(p).name] = lifts(predict(d), d, th, photo_flagged_max)
+        Pd = predict(d)
+        meta["validation"][Path(p).name] = {**lifts(Pd, d, th, photo_flagged_max),
+                                            **corrections(Pd, d, sw)}
         print(Path(p).name, json.dumps(meta["validation"][Path(p).name]), flush=True)
     return meta
 
@@ -216,6 +283,8 @@ def recalibrate(a) -> int:
                                for i in range(0, len(d["y"]), 4096)])
     meta = calibrate(dict(model.meta), predict, a.calib, a.test, a.photo_flagged_max)
     meta["recalibrated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if a.id:  # (the same weights deciding otherwise: a new model id)
+        meta.update(id=a.id, recalibrated_from=model.id)
     with np.load(a.recalibrate, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files if k != "meta"}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

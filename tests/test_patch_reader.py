@@ -14,7 +14,7 @@ from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
 from vision.patch_reader import (DISSENT_MARKS, HARMLESS, LIFTABLE, MARKS, PATCH_MODEL_FORMAT,
-                                 ReaderModelError,
+                                 SWITCH_FROM, SWITCH_MARKS, ReaderModelError, switchable,
                                  _conv3x3_relu, default_patch_reader, liftable,
                                  load_patch_reader, patch_geometry, region_patches)
 from vision.pipeline import read_photo, sheet_model
@@ -61,7 +61,7 @@ def _read_both(name):
     return read_photo(path, patch_reader=None), read_photo(path)
 
 
-def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_changes_no_mark():
+def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_flagged_marks():
     reader = default_patch_reader()
     lifted_any = 0
     for name in ("reefs-3-typical-s12.jpg", "crypts-1-typical-s3.jpg", "reefs-1-easy-s7.jpg"):
@@ -69,15 +69,22 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_changes_no_mark()
         assert list(before.readings) == list(after.readings)
         for rid, b in before.readings.items():
             a = after.readings[rid]
-            assert a.mark == b.mark, rid  # it never changes a mark
-            if b.review and not a.review:
+            if a.mark != b.mark:  # a correction: of a flagged reading, to a mark of shape
+                assert b.review and a.review and switchable(b), (rid, b.reason)
+                assert a.mark in SWITCH_MARKS and a.features["patch_mark"] == a.mark
+                assert a.features["patch_confidence"] >= reader.switch_thresholds[a.mark]
+                assert a.features["patch_corrected_from"] == b.mark
+                assert a.reason.startswith(f"the patch reader reads {a.mark} (")
+                assert a.confidence < after.details["review_threshold"]
+                assert a.alternatives[0][0] == a.mark and b.mark in dict(a.alternatives)
+            elif b.review and not a.review:
                 lifted_any += 1
                 assert liftable(b), (rid, b.reason)  # only the readers' own doubt
                 assert a.features["patch_mark"] == a.mark
                 assert a.confidence >= reader.thresholds[a.mark]
                 assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
             elif b.review:
-                assert a.reason == b.reason
+                assert a.review and a.reason == b.reason
             elif b.mark in DISSENT_MARKS:  # a confident crossing-out is watched
                 assert a.features["patch_mark"] == a.mark or (
                     a.review and a.reason.startswith("the patch reader disagrees"))
@@ -92,12 +99,19 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_changes_no_mark()
                   if b.review and not liftable(b) and not b.reason.startswith(HARMLESS)]
         assert done["held_back_by"] == (others[0] if others else None)
         free = share <= reader.photo_flagged_max and not others
+        # a flag of the photo's own doubt holds back lifting, not correcting
+        free2 = not [o for o in others if not o.startswith(SWITCH_FROM)]
         assert done["read"] == sum(1 for b in before.readings.values()
                                    if (free and liftable(b) and b.mark in reader.thresholds)
+                                   or (free2 and switchable(b))
                                    or (not b.review and b.mark in DISSENT_MARKS))
         assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
                                         if b.review and not after.readings[rid].review)
-        assert after.to_json()["details"]["reader"]["patch_reader"]["lifts"] == list(LIFTABLE)
+        assert done["corrected"] == sum(1 for rid, b in before.readings.items()
+                                        if after.readings[rid].mark != b.mark)
+        info = after.to_json()["details"]["reader"]["patch_reader"]
+        assert info["lifts"] == list(LIFTABLE) and info["corrects"]["from"] == list(SWITCH_FROM)
+        assert info["corrects"]["to"] == dict(reader.switch_thresholds)
         assert "patches" in after.timings_ms
     assert lifted_any > 0
 
@@ -107,7 +121,10 @@ def test_flags_of_the_photo_and_of_the_checks_are_never_lifted():
     kept = [rid for rid, b in before.readings.items() if b.review and not liftable(b)]
     assert kept  # (a hard photo: its own doubt flags regions)
     for rid in kept:
-        assert after.readings[rid].review and after.readings[rid].reason == before.readings[rid].reason
+        a, b = after.readings[rid], before.readings[rid]
+        # kept, or corrected (still flagged, the readers' reason quoted)
+        assert a.review and (a.reason == b.reason or (
+            a.mark != b.mark and a.reason.endswith(f"not {b.mark} ({b.reason})")))
 
 
 def test_the_bundled_model_records_how_it_was_made():
@@ -117,6 +134,10 @@ def test_the_bundled_model_records_how_it_was_made():
     fit = r.meta["training"]["fit"]
     assert fit and all("heldout" not in f for f in fit)
     assert r.meta["calibration"]["by_mark"]
+    # (session 46) the marks it may correct a flagged reading to: marks of shape, not hue
+    assert r.switch_thresholds and set(r.switch_thresholds) <= set(SWITCH_MARKS)
+    assert all(0.9 <= t < 1.0 for t in r.switch_thresholds.values())
+    assert r.meta["calibration"]["switch_by_mark"]
 
 
 def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
@@ -199,6 +220,37 @@ def test_a_threshold_sits_a_step_above_the_surest_wrong_confirmation():
     assert report["empty"]["candidates"] == 0 and th["empty"] == 0.99
 
 
+def test_a_correction_threshold_weighs_right_corrections_against_wrong_ones():
+    tr = load_script("train_patch_reader")
+    # 300 flagged "blue" readings the patch reader calls crossed at 0.91 .. 0.9999: the truth
+    # is crossed on all but two, right blues at 0.93 and 0.955; 2 of 300 is 0.7 %, 1 of the
+    # 166 at >= 0.95 is 0.6 %, within SWITCH_LOSS_MAX (1 %) at every grid step
+    pc = np.linspace(0.91, 0.9999, 300)
+    y = np.full(300, MARKS.index("crossed"))
+    y[[int(np.argmin(abs(pc - 0.93))), int(np.argmin(abs(pc - 0.955)))]] = MARKS.index("blue")
+    # and 20 "empty" corrections of which 3 are wrong at the top: never within 1 %
+    pe = np.linspace(0.991, 0.9999, 20)
+    ye = np.array([0] * 17 + [3] * 3)
+    P = np.zeros((320, 8))
+    P[np.arange(300), MARKS.index("crossed")] = pc
+    P[np.arange(300), MARKS.index("blue")] = 1 - pc
+    P[300:, 0] = pe
+    P[300:, 3] = 1 - pe
+    d = {"review": np.ones(320, bool), "reason": np.array(["low confidence"] * 320),
+         "read": np.full(320, MARKS.index("blue")), "y": np.concatenate([y, ye]),
+         "photo": np.arange(320)}
+    th, report = tr.choose_switch_thresholds(P, d)
+    assert th == {"crossed": tr.SWITCH_GRID[0]}
+    assert report["crossed"]["right_wrong_by_grid"][0] == [298, 2]
+    assert report["empty"]["right_wrong_by_grid"][-1] == [0, 2] and "threshold" not in report["empty"]
+    # a flag of another reason on the photo holds its rows back, as when reading
+    d2 = {**d, "reason": np.array(["a stroke runs through it"] + ["low confidence"] * 319),
+          "photo": np.zeros(320, int)}
+    assert not tr.switch_rows(d2).any()
+    got = tr.corrections(P, d, th)
+    assert got["corrected"] == 300 and got["corrected_right"] == 298 and got["corrected_wrong"] == 2
+
+
 def test_the_dataset_holds_each_region_its_truth_and_the_readers_verdict(tmp_path, capsys):
     import shutil
 
@@ -259,9 +311,10 @@ def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged()
     a = out[blue.id]
     assert a.review and a.mark == "crossed" and a.confidence < 0.97
     assert a.reason.startswith("the patch reader disagrees (blue")
-    # the blank box's flag of low confidence stays, unread: 1 of 2 regions flagged is a
-    # photo in doubt (over photo_flagged_max)
-    assert done["dissents"] == 1 and done["read"] == 1 and done["photo_flagged"] == 0.5
+    # the blank box's flag of low confidence stays: 1 of 2 regions flagged is a photo in
+    # doubt (over photo_flagged_max); it is read only as a reading it might correct
+    assert done["dissents"] == 1 and done["read"] == 2 and done["photo_flagged"] == 0.5
+    assert done["corrected"] == 0 and out[blank.id].features["patch_mark"] == "empty"
     assert out[blank.id] == replace(readings[blank.id], features=out[blank.id].features)
     assert out[blank.id].review and done["confirmed"] == 0
     # on a photo with few regions flagged it is lifted
@@ -269,6 +322,56 @@ def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged()
     out, done = confirm(many, sheet, t, m.expected, dpi=100.0, reader=reader, review_threshold=0.97)
     assert not out[blank.id].review and out[blank.id].features["patch_confirmed"] == 1.0
     assert done["confirmed"] == 1
+
+
+def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_stays_flagged(
+        tmp_path, monkeypatch):
+    """Crossed-out boxes on a simulated photo, their readings made wrong (blue, flagged for
+    low confidence) before the patch reader sees them: it corrects them to "crossed", flag
+    kept; a right colour reading flagged the same way keeps its colour (a colour is never a
+    correction's target)."""
+    import vision.pipeline as pipeline
+    from dataclasses import replace
+
+    from sheetcheck.simulator import simulate_photo
+
+    t = get_template("crypts-1")
+    boxes = [r for r in t.regions if r.kind == "box"]
+    crossed = [r.id for r in boxes[2:6]]
+    marks = {**{rid: "crossed" for rid in crossed}, boxes[8].id: "orange", boxes[9].id: "green"}
+    path = tmp_path / "crypts-1-easy-crossed.jpg"
+    path.write_bytes(simulate_photo(t, marks, seed=4601, preset="easy").jpeg)
+    real = pipeline.confirm_by_patches
+    seen = {}
+
+    def readers_wrong(readings, *a, **k):
+        out = dict(readings)
+        for rid in crossed:
+            out[rid] = replace(readings[rid], mark="blue", confidence=0.6, review=True,
+                               reason="low confidence (made wrong by the test)")
+        for rid in (boxes[8].id, boxes[9].id):
+            out[rid] = replace(readings[rid], confidence=0.6, review=True,
+                               reason="readers disagree (made doubtful by the test)")
+        seen.update(out)
+        return real(out, *a, **k)
+    monkeypatch.setattr(pipeline, "confirm_by_patches", readers_wrong)
+    got = read_photo(str(path))
+    reader = default_patch_reader()
+    for rid in crossed:
+        a = got.readings[rid]
+        assert a.mark == "crossed" and a.review, (rid, a)
+        assert a.features["patch_corrected_from"] == "blue"
+        assert a.features["patch_confidence"] >= reader.switch_thresholds["crossed"]
+        assert a.reason.startswith("the patch reader reads crossed (") and a.reason.endswith(
+            "not blue (low confidence (made wrong by the test))")
+        assert a.confidence < got.details["review_threshold"]
+    for rid, colour in ((boxes[8].id, "orange"), (boxes[9].id, "green")):
+        assert seen[rid].mark == colour  # (the readers read it right)
+        assert got.readings[rid].mark == colour and "patch_corrected_from" not in got.readings[
+            rid].features
+    assert got.details["patch_reader"]["corrected"] == len(crossed)
+    # the scoring side sees the corrected marks
+    assert sum(1 for rid in crossed if got.to_json()["regions"][rid]["mark"] == "crossed") == 4
 
 
 def test_patches_from_the_light_stage_match_the_normalised_sheet():

@@ -9,14 +9,17 @@ region's kind. It was trained on simulated photos of the training painters (dev 
 measurement corpora of the default painter and a dev corpus of the varied one, crossed out
 (docs/EVALUATION.md, "Session 45").
 
-It is a third opinion that never changes a mark. A reading a person was asked to look at for
-"low confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one of
-the checks for stains, strokes through, print not seen, ...) is confirmed when the patch
-reader names the same mark at least as sure as its threshold for that mark, on a photo that
-is otherwise clear (:func:`confirm`); and a confident "crossed" it reads as another mark is
-flagged. Why: the two readers and a network are wrong on different regions (session 45: of
-2,755 regions flagged on easy and typical photos of a spent held-out corpus, a first version
-of the network named the same mark on 1,761 at >= 0.99, none of them wrong).
+It is a third opinion (:func:`confirm`). A reading a person was asked to look at for "low
+confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one of the
+checks for stains, strokes through, print not seen, ...) is confirmed when the patch reader
+names the same mark at least as sure as its threshold for that mark, on a photo that is
+otherwise clear; a confident "crossed" it reads as another mark is flagged; and (session
+46) a flagged reading it is sure is crossed out, blank or written on is corrected to that
+mark and stays flagged. It never changes the mark of a reading nobody is asked to look at.
+Why: the two readers and a network are wrong on different regions (session 45: of 2,755
+regions flagged on easy and typical photos of a spent held-out corpus, a first version of the
+network named the same mark on 1,761 at >= 0.99, none of them wrong; session 46: where the
+readers flagged a crossing-out they read as something else, it named it crossed).
 
 The network runs in numpy (no deep-learning library at read time): float32 3 x 3
 convolutions as one matrix product each, batch normalisation folded into them.
@@ -39,7 +42,7 @@ from vision.learned import MODEL_DIR, ReaderModelError
 #: The patch reader's model file format.
 PATCH_MODEL_FORMAT = "sheetcheck.patch-reader/1"
 #: The bundled model.
-DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v1.npz"
+DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v1.1.npz"
 #: The marks, in the network's output order (``vision.marks.MARKS``).
 MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "written")
 #: Flag reasons the patch reader may lift (their prefix): the readers' own doubt. Every
@@ -61,6 +64,16 @@ HARMLESS = ("mostly print",)
 #: first on none of 2,257 confident crossings-out. Crossings-out are few on a sheet, so this
 #: costs little; a confident colour or "empty" is many times more common.
 DISSENT_MARKS = ("crossed",)
+#: Flagged readings the patch reader may correct (their reason's prefix): the readers' own
+#: doubt and the photo's. Its new mark stays flagged (:func:`confirm`).
+SWITCH_FROM = LIFTABLE + ("photo too unreliable", "photo too unclear")
+#: The marks the patch reader may correct a flagged reading to: marks told by their shape
+#: (a cross, a blank, writing), not by their hue. Why (session 46): on the calibration
+#: corpora, where the readers flagged a region and the patch reader was sure of another mark,
+#: it was right on 1,679 of 1,682 crossings-out at >= 0.99; but on the held-out painter it
+#: was wrong about as often as right on orange and red (his pencils' hues are not the
+#: training painters'), while the readers calibrate each photo's pencils.
+SWITCH_MARKS = ("empty", "crossed", "written")
 #: The patch side in pixels and the paper around a region's bounding box in a patch: the
 #: windows a dataset is built with when no model says otherwise (``PatchReader.size``,
 #: ``PatchReader.margin_mm`` of a model fitted on them).
@@ -222,6 +235,10 @@ class PatchReader:
     #: the two readers (on a photo the readers doubt as a whole, a blurred or dark one, the
     #: patch reader was sure of wrong readings too)
     photo_flagged_max: float = 1.0
+    #: per mark of :data:`SWITCH_MARKS`: the patch reader's probability at or above which a
+    #: flagged reading of another mark is corrected to it, still flagged (a model without
+    #: them corrects nothing)
+    switch_thresholds: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -303,10 +320,13 @@ def load_patch_reader(path) -> PatchReader:
         fc = tuple((arrays[f"fc{i}_w"].astype(np.float32), arrays[f"fc{i}_b"].astype(np.float32))
                    for i in range(2))
         th = {m: float(v) for m, v in meta.get("thresholds", {}).items() if m in MARKS}
+        sw = {m: float(v) for m, v in meta.get("switch_thresholds", {}).items()
+              if m in SWITCH_MARKS}
         return PatchReader(meta=meta, convs=tuple(convs), fc=fc, kinds=tuple(meta["kinds"]),
                            size=int(meta["size"]), margin_mm=float(meta["margin_mm"]),
                            thresholds=th,
-                           photo_flagged_max=float(meta.get("photo_flagged_max", 1.0)))
+                           photo_flagged_max=float(meta.get("photo_flagged_max", 1.0)),
+                           switch_thresholds=sw)
     except (KeyError, ValueError, TypeError) as e:
         raise ReaderModelError(f"the patch reader's model {path} is damaged ({e}).",
                                hint=hint) from None
@@ -339,35 +359,62 @@ def liftable(rd) -> bool:
     return bool(rd.review) and rd.reason.startswith(LIFTABLE)
 
 
+def switchable(rd) -> bool:
+    """Whether a flagged reading's reason is one under which the patch reader may correct its
+    mark (:data:`SWITCH_FROM`)."""
+    return bool(rd.review) and rd.reason.startswith(SWITCH_FROM)
+
+
+def _held_back(readings, allowed: tuple, objects: bool):
+    """The first flag (its reason before any parenthesis) with a reason outside ``allowed``
+    and :data:`HARMLESS`, else "something lies on the sheet" when ``objects``, else None."""
+    return next((rd.reason.split(" (")[0] for rd in readings.values()
+                 if rd.review and not rd.reason.startswith(allowed + HARMLESS)),
+                "something lies on the sheet" if objects else None)
+
+
 def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray, *,
             dpi: float, reader: PatchReader, review_threshold: float,
             objects: bool = False) -> tuple[dict, dict]:
-    """The readings with the flags the patch reader confirms lifted, and a summary.
-    ``source``: the normalised sheet (:func:`region_patches`).
+    """The readings with the flags the patch reader confirms lifted, the flagged marks it
+    corrects corrected, and a summary. ``source``: the normalised sheet
+    (:func:`region_patches`).
 
-    On a photo with at most ``reader.photo_flagged_max`` of its regions flagged, no flag but
-    :data:`LIFTABLE` and :data:`HARMLESS` ones and nothing lying on it (``objects``), every
-    flagged reading with a :data:`LIFTABLE` reason is read by the patch reader; when it
-    names the reading's own mark with at least its threshold for that mark, the reading is no
-    longer flagged and its confidence is the patch reader's probability. Every reading it read
-    gains the features ``patch_mark`` and ``patch_confidence``; a lifted one also
-    ``patch_confirmed`` (1). And every confident reading of a :data:`DISSENT_MARKS` mark is
-    read too: when the patch reader names another mark first, the reading is flagged ("the
-    patch reader disagrees (blue 0.756)"), its mark kept, its confidence just under
-    ``review_threshold``. Nothing else changes."""
+    - Lifting: on a photo with at most ``reader.photo_flagged_max`` of its regions flagged, no
+      flag but :data:`LIFTABLE` and :data:`HARMLESS` ones and nothing lying on it
+      (``objects``), every flagged reading with a :data:`LIFTABLE` reason is read by the
+      patch reader; when it names the reading's own mark with at least its threshold for that
+      mark, the reading is no longer flagged and its confidence is the patch reader's
+      probability; it gains the feature ``patch_confirmed`` (1).
+    - Correcting (session 46): on a photo with no flag but :data:`SWITCH_FROM` and
+      :data:`HARMLESS` ones and nothing lying on it, however many of its regions are flagged,
+      every flagged reading with a :data:`SWITCH_FROM` reason is read too; when the patch
+      reader names another mark of its ``switch_thresholds`` (:data:`SWITCH_MARKS`) with at
+      least that mark's threshold, the reading takes that mark and stays flagged: reason "the
+      patch reader reads crossed (0.998), not blue (low confidence ...)", confidence the
+      patch reader's probability (under ``review_threshold``), feature
+      ``patch_corrected_from`` the readers' mark.
+    - Watching: every confident reading of a :data:`DISSENT_MARKS` mark is read too: when the
+      patch reader names another mark first, the reading is flagged ("the patch reader
+      disagrees (blue 0.756)"), its mark kept, its confidence just under
+      ``review_threshold``.
+
+    Every reading it read gains the features ``patch_mark`` and ``patch_confidence``.
+    Nothing else changes."""
     out = dict(readings)
     share = sum(1 for rd in readings.values() if rd.review) / max(1, len(readings))
-    held_back = next((rd.reason.split(" (")[0] for rd in readings.values()
-                      if rd.review and not liftable(rd) and not rd.reason.startswith(HARMLESS)),
-                     "something lies on the sheet" if objects else None)
-    todo = [rid for rid, rd in readings.items() if liftable(rd)
-            and rd.mark in reader.thresholds] if (share <= reader.photo_flagged_max
-                                                  and held_back is None) else []
+    held_back = _held_back(readings, LIFTABLE, objects)
+    lift = {rid for rid, rd in readings.items() if liftable(rd) and rd.mark in reader.thresholds
+            } if (share <= reader.photo_flagged_max and held_back is None) else set()
+    switch_held_back = _held_back(readings, SWITCH_FROM, objects)
+    switch = {rid for rid, rd in readings.items() if switchable(rd)
+              } if (reader.switch_thresholds and switch_held_back is None) else set()
     # confident readings the patch reader must not contradict
     watch = [rid for rid, rd in readings.items() if not rd.review and rd.mark in DISSENT_MARKS]
-    summary = {"model": reader.id, "read": 0, "confirmed": 0, "dissents": 0,
-               "photo_flagged": round(share, 4), "held_back_by": held_back}
-    todo += watch
+    summary = {"model": reader.id, "read": 0, "confirmed": 0, "dissents": 0, "corrected": 0,
+               "photo_flagged": round(share, 4), "held_back_by": held_back,
+               "corrections_held_back_by": switch_held_back}
+    todo = [rid for rid in readings if rid in lift or rid in switch] + watch
     if not todo:
         return out, summary
     geo = patch_geometry(template, expected, dpi=dpi, size=reader.size,
@@ -387,6 +434,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
                                       for a in starts[lo:hi]], len(starts))
     probs = np.concatenate(parts) if parts else np.zeros((0, len(MARKS)), np.float32)
     summary["read"] = len(todo)
+    cap = float(np.nextafter(review_threshold, 0.0) - 1e-4)
     for rid, p in zip(todo, probs):
         rd = readings[rid]
         best = int(np.argmax(p))
@@ -394,17 +442,25 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
         feats = {**rd.features, "patch_mark": pm, "patch_confidence": round(pc, 6)}
         if not rd.review:  # (a confident reading it watches)
             if pm != rd.mark:
-                cap = np.nextafter(review_threshold, 0.0) - 1e-4
                 out[rid] = replace(rd, review=True, confidence=float(min(rd.confidence, cap)),
                                    features=feats,
                                    reason=f"the patch reader disagrees ({pm} {pc:.3f})")
                 summary["dissents"] += 1
             else:
                 out[rid] = replace(rd, features=feats)
-        elif pm == rd.mark and pc >= reader.thresholds[rd.mark]:
+        elif rid in lift and pm == rd.mark and pc >= reader.thresholds[rd.mark]:
             feats["patch_confirmed"] = 1.0
             out[rid] = replace(rd, review=False, confidence=pc, features=feats, reason="")
             summary["confirmed"] += 1
+        elif (rid in switch and pm != rd.mark and pm in reader.switch_thresholds
+              and pc >= reader.switch_thresholds[pm]):
+            feats["patch_corrected_from"] = rd.mark
+            out[rid] = replace(rd, mark=pm, confidence=float(min(pc, cap)), features=feats,
+                               alternatives=((pm, pc),) + tuple(
+                                   a for a in rd.alternatives if a[0] != pm),
+                               reason=f"the patch reader reads {pm} ({pc:.3f}), not "
+                                      f"{rd.mark} ({rd.reason})")
+            summary["corrected"] += 1
         else:
             out[rid] = replace(rd, features=feats)
     return out, summary

@@ -28,7 +28,8 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
-from vision.patch_reader import (DISSENT_MARKS, LIFTABLE, confirm as confirm_by_patches,
+from vision.patch_reader import (DISSENT_MARKS, LIFTABLE, SWITCH_FROM,
+                                 confirm as confirm_by_patches,
                                  patch_geometry, region_patches, resolve_patch_reader)
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
                           BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
@@ -394,7 +395,10 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     "patch_reader": ({"model": reader3.id, "lifts": list(LIFTABLE),
                                       "thresholds": dict(reader3.thresholds),
                                       "photo_flagged_max": reader3.photo_flagged_max,
-                                      "watches": list(DISSENT_MARKS)}
+                                      "watches": list(DISSENT_MARKS),
+                                      # (session 46) flagged marks it corrects, still flagged
+                                      "corrects": {"from": list(SWITCH_FROM),
+                                                   "to": dict(reader3.switch_thresholds)}}
                                      if reader3 is not None else None)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
