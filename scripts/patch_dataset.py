@@ -15,8 +15,10 @@ lets the held-out painter choose anything.
 The ``.npz`` holds ``X`` (N, S, S, 5) uint8 (sRGB, outline, print), ``y`` (N,) int (index into
 ``vision.patch_reader.MARKS``), ``allowed`` (N, 8) bool, ``kind``, ``region``, ``preset``,
 ``painter`` (N,) str, ``photo`` (N,) int (index into ``photos``), ``seed`` (N,) int, ``read``
-(N,) int, ``conf`` (N,) float, ``review`` (N,) bool, ``reason`` (N,) str, and ``photos``,
-``skipped`` (JSON text).
+(N,) int, ``conf`` (N,) float, ``review`` (N,) bool, ``reason`` (N,) str, ``alt`` (N, 8) float
+(the readers' probability of each mark, their ``alternatives``; session 46), ``hand``,
+``learned`` (N,) int (each reader's own mark, -1 when it gave none) and ``hand_conf``,
+``learned_conf`` (N,) float, and ``photos``, ``skipped`` (JSON text).
 """
 
 from __future__ import annotations
@@ -55,15 +57,26 @@ def photo_patches(job: tuple[str, str]) -> dict:
     if reading.template.id != truth.get("template"):
         return {"photo": photo, "skip": "misidentified"}
     ids, patches, kinds, allowed = reading.patches
-    rows = {k: [] for k in ("i", "y", "kind", "region", "read", "conf", "review", "reason")}
+    rows = {k: [] for k in ("i", "y", "kind", "region", "read", "conf", "review", "reason",
+                            "alt", "hand", "hand_conf", "learned", "learned_conf")}
     for i, rid in enumerate(ids):
         t = truth["marks"].get(rid)
         rd = reading.readings.get(rid)
         if t not in MARKS or rd is None:
             continue
+        alt = np.zeros(len(MARKS), np.float32)
+        for m, pr in rd.alternatives:
+            if m in MARKS:
+                alt[MARKS.index(m)] = pr
+        f = rd.features
         for k, v in (("i", i), ("y", MARKS.index(t)), ("kind", kinds[i]), ("region", rid),
                      ("read", MARKS.index(rd.mark)), ("conf", rd.confidence),
-                     ("review", rd.review), ("reason", rd.reason.split(" (")[0])):
+                     ("review", rd.review), ("reason", rd.reason.split(" (")[0]), ("alt", alt),
+                     ("hand", MARKS.index(f["hand_mark"]) if f.get("hand_mark") in MARKS else -1),
+                     ("hand_conf", float(f.get("hand_confidence", np.nan))),
+                     ("learned", MARKS.index(f["learned_mark"])
+                      if f.get("learned_mark") in MARKS else -1),
+                     ("learned_conf", float(f.get("learned_confidence", np.nan)))):
             rows[k].append(v)
     sel = np.asarray(rows.pop("i"), np.int64)
     return {"photo": photo, "seed": seed, "preset": str(truth.get("preset", "?")),
@@ -91,6 +104,9 @@ def main(argv=None) -> int:
         allowed=np.concatenate([r["allowed"] for r in ok]), kind=cat("kind"),
         region=cat("region"), read=cat("read", np.int16), conf=cat("conf", np.float32),
         review=cat("review", bool), reason=cat("reason"),
+        alt=np.asarray(np.concatenate([r["alt"] for r in ok]), np.float32).reshape(-1, 8),
+        hand=cat("hand", np.int16), hand_conf=cat("hand_conf", np.float32),
+        learned=cat("learned", np.int16), learned_conf=cat("learned_conf", np.float32),
         photo=np.repeat(np.arange(len(ok)), n),
         seed=np.repeat([r["seed"] for r in ok], n),
         preset=np.repeat([r["preset"] for r in ok], n),

@@ -269,6 +269,15 @@ def test_the_dataset_holds_each_region_its_truth_and_the_readers_verdict(tmp_pat
         assert MARKS[y] == truth[rid]
         r = reading.readings[rid]
         assert (MARKS[rd], bool(rv), str(reason)) == (r.mark, r.review, r.reason.split(" (")[0])
+    # the readers' probabilities of every mark, and each reader's own verdict
+    for k, rid in enumerate(d["region"]):
+        r = reading.readings[rid]
+        assert dict(r.alternatives) == {MARKS[j]: pytest.approx(float(p)) for j, p in
+                                        enumerate(d["alt"][k]) if p > 0 or MARKS[j] in dict(
+                                            r.alternatives)}
+        assert MARKS[d["hand"][k]] == r.features["hand_mark"]
+        assert MARKS[d["learned"][k]] == r.features["learned_mark"]
+        assert d["learned_conf"][k] == pytest.approx(r.features["learned_confidence"])
     # a photo of a measurement seed not yet spent gives no row, and says so
     fresh = tmp_path / "fresh"
     fresh.mkdir()
