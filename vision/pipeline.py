@@ -394,7 +394,9 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                     "patch_reader": ({"model": reader3.id, "lifts": list(LIFTABLE),
                                       "thresholds": dict(reader3.thresholds),
                                       "photo_flagged_max": reader3.photo_flagged_max,
-                                      "watches": list(DISSENT_MARKS)}
+                                      "watches": list(DISSENT_MARKS),
+                                      # (session 46) where its convolutions ran
+                                      "engine": reader3.engine}
                                      if reader3 is not None else None)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
