@@ -81,7 +81,9 @@ CHUNK = 8
 #: OpenCV's dnn module (the default wherever it builds the network and reproduces the numpy
 #: convolutions) and numpy. Measured on the bench machine (session 46, real patches of three
 #: sample photos, chunks of 8, median of 200): 13 patches 4.4 -> 3.5 ms on one thread, 3.0 ->
-#: 1.9 ms on two; 100 patches 32 -> 26 ms and 18.5 -> 14.5 ms.
+#: 1.9 ms on two; 100 patches 32 -> 26 ms and 18.5 -> 14.5 ms (with the machine's cores
+#: busy with other work, 20-24 % less on both). A whole read, paired with main's read by
+#: read (``scripts/ab_read.py``, 240 pairs): -1.3 ms.
 ENGINES = ("cv2.dnn", "numpy")
 
 
@@ -358,7 +360,8 @@ def _build_dnn(convs) -> _DnnConvs | None:
     map's largest value: they differ by ~1e-5 in float32); else None (the numpy path).
     Why the check: the network is built with OpenCV calls an OpenCV version may treat
     otherwise (a layer's parameters, its weights' layout), and a wrong network must not
-    read a sheet. ~10 ms, once per model loaded."""
+    read a sheet. Once per model loaded: ~2-5 ms, ~10-15 ms in a fresh process (its first
+    cv2.dnn forward), against a first read of ~1.2 s."""
     try:
         dnn = _DnnConvs(convs)
         rng = np.random.default_rng(46)
