@@ -1,4 +1,4 @@
-"""The patch reader (vision.patch_reader): its numpy network, its patches, the flags it may
+"""The patch reader (vision.patch_reader): its network (on cv2.dnn and in numpy), its patches, the flags it may
 lift on a real photo and the ones it may not, its model file's errors, and the training
 script's data rules and threshold choice."""
 
@@ -13,8 +13,9 @@ import pytest
 from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
-from vision.patch_reader import (DISSENT_MARKS, HARMLESS, LIFTABLE, MARKS, PATCH_MODEL_FORMAT,
-                                 SWITCH_FROM, SWITCH_MARKS, ReaderModelError, switchable,
+from vision.patch_reader import (CHUNK, DEFAULT_PATCH_MODEL, DISSENT_MARKS, HARMLESS, LIFTABLE,
+                                 MARKS, PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS,
+                                 ReaderModelError, switchable,
                                  _conv3x3_relu, default_patch_reader, liftable,
                                  load_patch_reader, patch_geometry, region_patches)
 from vision.pipeline import read_photo, sheet_model
@@ -34,6 +35,76 @@ def test_the_numpy_convolution_is_a_3x3_sum_over_channels_then_relu():
         for j in range(6):
             want[:, i, j] = np.einsum("nabc,abco->no", xp[:, i:i + 3, j:j + 3], w) + b
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+
+
+def _chunked(reader, patches, kinds, allowed, **kw):
+    return np.concatenate([reader.probabilities(patches[a:a + CHUNK], kinds[a:a + CHUNK],
+                                                allowed[a:a + CHUNK], **kw)
+                           for a in range(0, len(patches), CHUNK)])
+
+
+def test_the_dnn_network_built_in_code_reads_as_the_numpy_one():
+    """The convolutions on cv2.dnn (built from the model's weights at load time) give the
+    numpy path's probabilities on every region of real photos, on any thread, whatever
+    OpenCV's thread count; the numpy path stays one argument away."""
+    import threading
+
+    import cv2
+
+    reader = default_patch_reader()
+    assert reader.engine == "cv2.dnn" and reader.dnn is not None  # (this OpenCV builds it)
+    ids, patches, kinds, allowed = [], [], [], []
+    for name in ("reefs-3-typical-s12.jpg", "crypts-1-hard-s2.jpg"):
+        got = read_photo(str(SAMPLES / name), keep_patches=True).patches
+        ids += list(got[0])
+        patches.append(got[1])
+        kinds += list(got[2])
+        allowed.append(got[3])
+    patches, allowed = np.concatenate(patches), np.concatenate(allowed)
+    assert len(patches) > 300
+    want = _chunked(reader, patches, kinds, allowed, engine="numpy")
+    got = _chunked(reader, patches, kinds, allowed)
+    assert np.abs(got - want).max() < 1e-4
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+    assert (got[~allowed] == 0).all()
+    # the same values on one OpenCV thread and on a second Python thread (its own network)
+    before = cv2.getNumThreads()
+    try:
+        cv2.setNumThreads(1)
+        assert (_chunked(reader, patches, kinds, allowed) == got).all()
+    finally:
+        cv2.setNumThreads(before)
+    other = []
+    th = threading.Thread(target=lambda: other.append(_chunked(reader, patches, kinds, allowed)))
+    th.start()
+    th.join()
+    assert (other[0] == got).all()
+    # numpy alone, when asked (or when cv2.dnn cannot build the network)
+    plain = load_patch_reader(DEFAULT_PATCH_MODEL, engine="numpy")
+    assert plain.engine == "numpy" and plain.dnn is None
+    assert (_chunked(plain, patches, kinds, allowed) == want).all()
+    with pytest.raises(ValueError, match="no cv2.dnn network"):
+        plain.probabilities(patches[:2], kinds[:2], allowed[:2], engine="cv2.dnn")
+    with pytest.raises(ValueError, match="engine"):
+        load_patch_reader(DEFAULT_PATCH_MODEL, engine="torch")
+
+
+def test_a_network_cv2_dnn_does_not_reproduce_falls_back_to_numpy(monkeypatch):
+    from vision import patch_reader as pr
+
+    def wrong(self):  # a network whose first convolution lost its bias
+        net = build(self)
+        net.getLayer(net.getLayerId("conv0")).blobs = [self._layers[0][0],
+                                                       np.zeros_like(self._layers[0][1])]
+        return net
+
+    build = pr._DnnConvs.build
+    monkeypatch.setattr(pr._DnnConvs, "build", wrong)
+    assert load_patch_reader(DEFAULT_PATCH_MODEL).engine == "numpy"
+    with pytest.raises(ValueError, match="cv2.dnn"):
+        load_patch_reader(DEFAULT_PATCH_MODEL, engine="cv2.dnn")
+    monkeypatch.setattr(pr._DnnConvs, "build", lambda self: 1 / 0)
+    assert load_patch_reader(DEFAULT_PATCH_MODEL).engine == "numpy"
 
 
 def test_a_patch_holds_the_region_its_outline_and_its_print():
@@ -153,8 +224,6 @@ def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
     with pytest.raises(ReaderModelError, match="damaged"):
         load_patch_reader(other)
     # a good model with one array cut short
-    from vision.patch_reader import DEFAULT_PATCH_MODEL
-
     good = dict(np.load(DEFAULT_PATCH_MODEL))
     good["conv1_b"] = good["conv1_b"][:-1]
     cut = tmp_path / "cut.npz"

@@ -398,7 +398,9 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                       "watches": list(DISSENT_MARKS),
                                       # (session 46) flagged marks it corrects, still flagged
                                       "corrects": {"from": list(SWITCH_FROM),
-                                                   "to": dict(reader3.switch_thresholds)}}
+                                                   "to": dict(reader3.switch_thresholds)},
+                                      # (session 46) where its convolutions ran
+                                      "engine": reader3.engine}
                                      if reader3 is not None else None)}
                    if learned is not None else {"readers": ["hand"], "model": None}),
     }
