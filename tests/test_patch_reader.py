@@ -452,6 +452,42 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
     assert sum(1 for rid in crossed if got.to_json()["regions"][rid]["mark"] == "crossed") == 4
 
 
+def test_an_empty_treasure_flagged_as_mostly_print_is_confirmed_a_coloured_one_is_not():
+    """(session 46) "mostly print" is a flag the patch reader may lift: on the clean render of
+    a Reefs sheet a blank treasure's "empty" is confirmed; a treasure coloured in and read
+    "empty" keeps its flag."""
+    from vision.marks import RegionReading
+    from vision.patch_reader import confirm
+
+    t = get_template("reefs-1")
+    m = sheet_model(t, dpi=100.0)
+    treasures = [r for r in t.regions if r.kind == "treasure"]
+    blank, coloured = treasures[0], treasures[5]
+    sheet = m.expected.copy()
+    k = 100.0 / 25.4
+    poly = np.asarray(coloured.shape.polygon(), float) * k
+    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
+    # coloured in with a mid green over its print (linear RGB multiplied: the print stays)
+    sheet[int(y0) + 1:int(y1), int(x0) + 1:int(x1)] *= np.array([0.15, 0.55, 0.2], np.float32)
+
+    def rd(region, review, reason=""):
+        return RegionReading(region.id, region.kind, "empty", 0.9 if review else 0.999, review,
+                             (("empty", 0.999),), {}, reason)
+    why = "mostly print (10% of the region clear of it): a mark drawn over the print may not show"
+    readings = {blank.id: rd(blank, True, why), coloured.id: rd(coloured, True, why),
+                **{r.id: rd(r, False) for r in t.regions if r.kind == "box"}}
+    assert liftable(readings[blank.id])
+    out, done = confirm(readings, sheet, t, m.expected, dpi=100.0,
+                        reader=default_patch_reader(), review_threshold=0.97)
+    assert done["held_back_by"] is None
+    a = out[blank.id]
+    assert not a.review and a.features["patch_confirmed"] == 1.0 and a.features[
+        "patch_mark"] == "empty"
+    b = out[coloured.id]
+    assert b.review and b.features["patch_mark"] != "empty"
+    assert done["confirmed"] == 1
+
+
 def test_patches_from_the_light_stage_match_the_normalised_sheet():
     """region_patches computes a NormalisedLight's pixels in the windows alone: the same
     patches as from the whole normalised sheet (``linear``), to a unit of rounding."""
