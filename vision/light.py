@@ -122,7 +122,14 @@ class PixelTaps:
 # The taps kept: a sheet model samples three pixel lists (regions, halo, paper), 6.5 MB of
 # taps for the largest of the six sheets at the read's 100 dpi (32 MB for all six); the
 # oldest lists are dropped beyond this (a server reading at many resolutions).
-_TAPS_MAX_BYTES = 64 << 20
+# (session 46) The checks added since sample a dozen lists of a model on every photo (the
+# ring, the stains', the faint ink's, the print ink's, the guides' ...): 115.7 MB of taps for
+# all six sheets at 100 dpi. Under the former cap of 64 MB a process reading the six sheets
+# in turn (a server; the read bench) dropped each list just before it was needed again
+# (oldest first, taken in the same order on every photo), so every photo computed all its
+# taps afresh: ~470,000 pixels' worth, ~7 ms of a 12 MP read on one core. The cap leaves room
+# for all six and some more lists; a process reading one sheet holds ~19 MB of them.
+_TAPS_MAX_BYTES = 160 << 20
 _taps_lock = threading.Lock()
 _taps: dict[tuple, tuple[np.ndarray, PixelTaps]] = {}
 
