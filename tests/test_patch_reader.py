@@ -358,6 +358,18 @@ def test_the_dataset_holds_each_region_its_truth_and_the_readers_verdict(tmp_pat
     assert "seed 9900001 not allowed" in capsys.readouterr().err
 
 
+def _coloured_in(sheet, region, rgb, *, inset: int, dpi: float = 100.0):
+    """A copy of a rendered sheet (linear RGB at ``dpi``) with ``region``'s bounding box, less
+    ``inset`` pixels more than one on each side, multiplied by a pencil's linear ``rgb``:
+    coloured in, the print still showing through."""
+    out = sheet.copy()
+    poly = np.asarray(region.shape.polygon(), float) * (dpi / 25.4)
+    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
+    out[int(y0) + 1 + inset:int(y1) - inset, int(x0) + 1 + inset:int(x1) - inset] *= np.array(
+        rgb, np.float32)
+    return out
+
+
 def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged():
     from dataclasses import replace
 
@@ -369,13 +381,8 @@ def test_a_confident_crossing_out_the_patch_reader_sees_as_a_colour_is_flagged()
     geo = patch_geometry(t, m.expected, dpi=100.0)
     boxes = [r for r in t.regions if r.kind == "box"]
     blue, blank = boxes[3], boxes[8]
-    sheet = m.expected.copy()
     # the first box filled with a blue pencil (linear RGB of a mid blue), print kept on top
-    k = 100.0 / 25.4
-    poly = np.asarray(blue.shape.polygon(), float) * k
-    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
-    sheet[int(y0) + 2:int(y1) - 1, int(x0) + 2:int(x1) - 1] *= np.array([0.12, 0.25, 0.65],
-                                                                        np.float32)
+    sheet = _coloured_in(m.expected, blue, (0.12, 0.25, 0.65), inset=1)
 
     def rd(region, mark, review, reason=""):
         return RegionReading(region.id, region.kind, mark, 0.999 if not review else 0.9,
@@ -463,12 +470,8 @@ def test_an_empty_treasure_flagged_as_mostly_print_is_confirmed_a_coloured_one_i
     m = sheet_model(t, dpi=100.0)
     treasures = [r for r in t.regions if r.kind == "treasure"]
     blank, coloured = treasures[0], treasures[5]
-    sheet = m.expected.copy()
-    k = 100.0 / 25.4
-    poly = np.asarray(coloured.shape.polygon(), float) * k
-    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
-    # coloured in with a mid green over its print (linear RGB multiplied: the print stays)
-    sheet[int(y0) + 1:int(y1), int(x0) + 1:int(x1)] *= np.array([0.15, 0.55, 0.2], np.float32)
+    # coloured in with a mid green over its print
+    sheet = _coloured_in(m.expected, coloured, (0.15, 0.55, 0.2), inset=0)
 
     def rd(region, review, reason=""):
         return RegionReading(region.id, region.kind, "empty", 0.9 if review else 0.999, review,
