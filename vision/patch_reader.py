@@ -64,9 +64,10 @@ MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "writte
 #: empty, and never named "empty" on the 7 marked ones.
 LIFTABLE = ("low confidence", "readers disagree", "mostly print")
 #: Flags that do not stop the patch reader on a photo (:func:`confirm`): a property of the
-#: template, not of this photo (since session 46 also a flag it may lift). Any other flag it may not lift (a stain, something lying on
-#: the sheet, a stroke astray, a pencil the calibration lost, the photo's own doubt) leaves
-#: every flag of the photo as the two readers set it. Why (session 45): the patch reader was
+#: template, not of this photo (since session 46 also a flag it may lift). Any other flag it
+#: may not lift (a stain, something lying on the sheet, a stroke astray, a pencil the
+#: calibration lost, the photo's own doubt) leaves every flag of the photo as the two
+#: readers set it. Why (session 45): the patch reader was
 #: trained on clean sheets; on a coffee-stained and a pencil-covered photo of the stain
 #: tests it confirmed wrong readings near the stain the checks had found. (And a photo with
 #: such a flag cannot end with nothing flagged anyway.)
