@@ -51,7 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.patch_reader import (HARMLESS, LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
+from vision.patch_reader import (LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
                                  PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
 #: Thresholds the calibration may choose among.
@@ -150,25 +150,26 @@ def candidate_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     return _flagged_for(d, LIFTABLE) & (photo_flagged_share(d) <= photo_flagged_max)
 
 
+def _held_back(d: dict, reasons: tuple) -> np.ndarray:
+    """Per row, whether its photo has a flag of a reason outside ``reasons`` (as
+    ``vision.patch_reader.confirm`` holds a photo back; objects lying on the sheet, which
+    also do, are not in the datasets)."""
+    other = d["review"] & ~_flagged_for(d, reasons)
+    _, inv = np.unique(d["photo"], return_inverse=True)
+    return (np.bincount(inv, weights=other.astype(float)) > 0)[inv]
+
+
 def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     """The rows ``vision.patch_reader.confirm`` would read to lift their flag: flagged for a
     :data:`LIFTABLE` reason, on a photo with at most ``photo_flagged_max`` of its regions
-    flagged and no flag of another reason but a :data:`HARMLESS` one. (Objects lying on
-    the sheet, which also hold it back, are not in the datasets.)"""
-    other = d["review"] & ~_flagged_for(d, LIFTABLE + HARMLESS)
-    _, inv = np.unique(d["photo"], return_inverse=True)
-    held = np.bincount(inv, weights=other.astype(float)) > 0
-    return candidate_rows(d, photo_flagged_max) & ~held[inv]
+    flagged and no flag of another reason."""
+    return candidate_rows(d, photo_flagged_max) & ~_held_back(d, LIFTABLE)
 
 
 def switch_rows(d: dict) -> np.ndarray:
     """The rows ``vision.patch_reader.confirm`` would read to correct their mark: flagged for
-    a :data:`SWITCH_FROM` reason on a photo with no flag of another reason but a
-    :data:`HARMLESS` one (objects, which also hold it back, are not in the datasets)."""
-    other = d["review"] & ~_flagged_for(d, SWITCH_FROM + HARMLESS)
-    _, inv = np.unique(d["photo"], return_inverse=True)
-    held = np.bincount(inv, weights=other.astype(float)) > 0
-    return _flagged_for(d, SWITCH_FROM) & ~held[inv]
+    a :data:`SWITCH_FROM` reason on a photo with no flag of another reason."""
+    return _flagged_for(d, SWITCH_FROM) & ~_held_back(d, SWITCH_FROM)
 
 
 def choose_switch_thresholds(P: np.ndarray, d: dict) -> tuple[dict, dict]:

@@ -13,7 +13,7 @@ import pytest
 from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
-from vision.patch_reader import (CHUNK, DEFAULT_PATCH_MODEL, DISSENT_MARKS, HARMLESS, LIFTABLE,
+from vision.patch_reader import (CHUNK, DEFAULT_PATCH_MODEL, DISSENT_MARKS, LIFTABLE,
                                  MARKS, PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS,
                                  ReaderModelError, switchable,
                                  _conv3x3_relu, default_patch_reader, liftable,
@@ -165,9 +165,9 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
         assert done["model"] == reader.id
         share = sum(b.review for b in before.readings.values()) / len(before.readings)
         assert done["photo_flagged"] == round(share, 4)
-        # a flag it may not lift (but "mostly print") holds the whole photo back
+        # a flag it may not lift holds the whole photo back
         others = [b.reason.split(" (")[0] for b in before.readings.values()
-                  if b.review and not liftable(b) and not b.reason.startswith(HARMLESS)]
+                  if b.review and not liftable(b)]
         assert done["held_back_by"] == (others[0] if others else None)
         free = share <= reader.photo_flagged_max and not others
         # a flag of the photo's own doubt holds back lifting, not correcting

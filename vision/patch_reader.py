@@ -62,16 +62,15 @@ MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "writte
 #: patch reader says. Why "mostly print": on eleven spent and dev corpora (231 such flags,
 #: 7 of them on a region truly marked) it named "empty" at >= 0.99 on 220 regions, all truly
 #: empty, and never named "empty" on the 7 marked ones.
+#: A flag it may not lift (a stain, something lying on the sheet, a stroke astray, a pencil
+#: the calibration lost, the photo's own doubt) leaves every flag of the photo as the two
+#: readers set it (:func:`confirm`). Why (session 45): the patch reader was trained on clean
+#: sheets; on a coffee-stained and a pencil-covered photo of the stain tests it confirmed
+#: wrong readings near the stain the checks had found. (And a photo with such a flag cannot
+#: end with nothing flagged anyway.) Session 45 let "mostly print" stand beside these
+#: reasons without holding a photo back (a property of the template, not of the photo);
+#: since it is one of them, that special case is gone.
 LIFTABLE = ("low confidence", "readers disagree", "mostly print")
-#: Flags that do not stop the patch reader on a photo (:func:`confirm`): a property of the
-#: template, not of this photo (since session 46 also a flag it may lift). Any other flag it
-#: may not lift (a stain, something lying on the sheet, a stroke astray, a pencil the
-#: calibration lost, the photo's own doubt) leaves every flag of the photo as the two
-#: readers set it. Why (session 45): the patch reader was
-#: trained on clean sheets; on a coffee-stained and a pencil-covered photo of the stain
-#: tests it confirmed wrong readings near the stain the checks had found. (And a photo with
-#: such a flag cannot end with nothing flagged anyway.)
-HARMLESS = ("mostly print",)
 #: Confident readings of these marks are read by the patch reader too, and flagged when it
 #: names another mark first (:func:`confirm`). Why "crossed" (session 45): on the fresh
 #: corpus 5500000 a blue cell of a hard photo was read "crossed" at 0.9983, and the patch
@@ -509,10 +508,10 @@ def switchable(rd) -> bool:
 
 
 def _held_back(readings, allowed: tuple, objects: bool):
-    """The first flag (its reason before any parenthesis) with a reason outside ``allowed``
-    and :data:`HARMLESS`, else "something lies on the sheet" when ``objects``, else None."""
+    """The first flag (its reason before any parenthesis) with a reason outside ``allowed``,
+    else "something lies on the sheet" when ``objects``, else None."""
     return next((rd.reason.split(" (")[0] for rd in readings.values()
-                 if rd.review and not rd.reason.startswith(allowed + HARMLESS)),
+                 if rd.review and not rd.reason.startswith(allowed)),
                 "something lies on the sheet" if objects else None)
 
 
@@ -524,13 +523,13 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     (:func:`region_patches`).
 
     - Lifting: on a photo with at most ``reader.photo_flagged_max`` of its regions flagged, no
-      flag but :data:`LIFTABLE` and :data:`HARMLESS` ones and nothing lying on it
+      flag but :data:`LIFTABLE` ones and nothing lying on it
       (``objects``), every flagged reading with a :data:`LIFTABLE` reason is read by the
       patch reader; when it names the reading's own mark with at least its threshold for that
       mark, the reading is no longer flagged and its confidence is the patch reader's
       probability; it gains the feature ``patch_confirmed`` (1).
-    - Correcting (session 46): on a photo with no flag but :data:`SWITCH_FROM` and
-      :data:`HARMLESS` ones and nothing lying on it, however many of its regions are flagged,
+    - Correcting (session 46): on a photo with no flag but :data:`SWITCH_FROM` ones
+      and nothing lying on it, however many of its regions are flagged,
       every flagged reading with a :data:`SWITCH_FROM` reason is read too; when the patch
       reader names another mark of its ``switch_thresholds`` (:data:`SWITCH_MARKS`) with at
       least that mark's threshold, the reading takes that mark and stays flagged: reason "the
