@@ -213,9 +213,9 @@ def read_photo(photo, *, template_id: str | None = None, dpi: float = READ_DPI,
         The second reader (``vision.marks.classify_sheet``); None reads with the hand
         reader alone.
     patch_reader : "default", None or vision.patch_reader.PatchReader
-        The third opinion, which may lift the readers' own doubt on a flagged region
-        (``vision.patch_reader.confirm``); None leaves the two readers' verdicts as they are
-        (and so does ``learned=None``).
+        The third opinion, which may lift the readers' own doubt on a flagged region and
+        correct a flagged mark, which then stays flagged (``vision.patch_reader.confirm``);
+        None leaves the two readers' verdicts as they are (and so does ``learned=None``).
     keep_patches : bool
         Keep every region's patch on the result (``scripts/patch_dataset.py``).
 
@@ -333,7 +333,7 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
     location = checks.result()
     t5 = time.perf_counter()
     timings["classify"] = (t5 - t4) * 1000
-    # (session 45) the third opinion on the readers' own doubt (vision.patch_reader)
+    # (sessions 45-46) the third opinion on the flagged regions (vision.patch_reader)
     readings, patches_done = sheet.readings, None
     if reader3 is not None:
         readings, patches_done = confirm_by_patches(readings, light, template,
