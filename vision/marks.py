@@ -831,8 +831,6 @@ def prepare(model: SheetModel) -> None:
     per_model(model, "stains", _stain_geometry)
     per_model(model, "beside_routes", _beside_route_geometry)
     per_model(model, "through", _through_geometry)
-    if model.print_pix is not None and model.print_pix.size and model.print_blur is not None:
-        per_model(model, "print_ink_fit", _print_fit_constants)
 
 
 def _measure(lab: np.ndarray, model: SheetModel, th: Mapping[str, float], ok: np.ndarray, *,
@@ -2314,58 +2312,9 @@ def _print_ink_pixels(sample, model: SheetModel, valid):
     if model.print_pix is None or model.print_pix.size == 0 or model.print_blur is None:
         return None
     keep = None if valid is None else np.asarray(valid, bool).reshape(-1)[model.print_pix]
-    if keep is not None and keep.all():
-        # (the usual case, the whole sheet inside the photo: the same pixels as no mask, and
-        # the fit then takes the model's own arrays and its constants, _print_fit_constants)
-        keep = None
     px = sample(model.print_pix, keep)
     lab = model.print_label if keep is None else model.print_label[keep]
     return lab, keep, np.clip(1.0 - px @ _LUM, 0.0, 1.0)
-
-
-class _PrintFitConstants(NamedTuple):
-    """What :func:`_print_ink_fit` computes from the model alone: the fit's design matrix
-    ``a`` (a column of ones, then the blurred print), the print pixels per region ``n``, and
-    with ``SheetModel.print_grad`` its two components ``gx``, ``gy`` (float64) and their
-    per-region normal-equation sums ``sxx``, ``sxy``, ``syy`` (ridge included); else None."""
-
-    a: np.ndarray
-    n: np.ndarray
-    gx: np.ndarray | None
-    gy: np.ndarray | None
-    sxx: np.ndarray | None
-    sxy: np.ndarray | None
-    syy: np.ndarray | None
-
-
-def _print_fit_constants(model: SheetModel, keep: np.ndarray | None = None) -> _PrintFitConstants:
-    """:class:`_PrintFitConstants` of the model's print pixels (``keep``: of those selected).
-
-    Why apart (session 46): with every print pixel inside the photo (nearly every photo) these
-    are the same on every photo of a sheet, ~1.4 ms of a read's CPU (12 MP bench photos, one
-    BLAS thread: the mask copies of the blurred print and its gradient, the design matrix,
-    the gradient's three weighted sums); kept per model (``vision._cache.per_model``,
-    read-only), computed as before when part of the print is outside the photo."""
-    lab = model.print_label if keep is None else model.print_label[keep]
-    blur = model.print_blur if keep is None else model.print_blur[keep]
-    a = np.column_stack([np.ones(lab.size, np.float32), blur])
-    n_reg = len(model.region_ids)
-    n = np.bincount(lab, minlength=n_reg).astype(float)
-    gx = gy = sxx = sxy = syy = None
-    if model.print_grad is not None:
-        g = model.print_grad if keep is None else model.print_grad[keep]
-        gx, gy = g[:, 0].astype(float), g[:, 1].astype(float)
-
-        def sums(w):
-            return np.bincount(lab, weights=w, minlength=n_reg)
-
-        sxx, sxy, syy = sums(gx * gx) + 1e-3, sums(gx * gy), sums(gy * gy) + 1e-3
-    out = _PrintFitConstants(a, n, gx, gy, sxx, sxy, syy)
-    if keep is None:  # (shared by every photo of the model: nobody may change them)
-        for v in out:
-            if v is not None:
-                v.setflags(write=False)
-    return out
 
 
 def _print_ink_fit(pixels, model: SheetModel, calm: np.ndarray) -> np.ndarray | None:
@@ -2374,28 +2323,25 @@ def _print_ink_fit(pixels, model: SheetModel, calm: np.ndarray) -> np.ndarray | 
     if pixels is None:
         return None
     lab, keep, dark = pixels
-    # (with every print pixel in the photo, keep None, what depends on the model alone comes
-    # from _print_fit_constants: the same arrays, computed once per model)
-    # (a stand-in model, a test's namespace, gets them computed afresh)
-    c = (per_model(model, "print_ink_fit", _print_fit_constants)
-         if keep is None and isinstance(model, SheetModel) else _print_fit_constants(model, keep))
-    a = c.a
+    blur = model.print_blur if keep is None else model.print_blur[keep]
+    a = np.column_stack([np.ones(lab.size, np.float32), blur])
     fit = np.asarray(calm, bool)[lab]
     if int(fit.sum()) < INK_ON_PRINT_FIT_PIXELS:
         return None
     coef = np.linalg.lstsq(a[fit], dark[fit], rcond=None)[0]
     res = dark - a @ coef
     n_reg = len(model.region_ids)
-    n = c.n
+    n = np.bincount(lab, minlength=n_reg).astype(float)
     if model.print_grad is not None:
-        gx, gy = c.gx, c.gy
+        g = model.print_grad if keep is None else model.print_grad[keep]
+        gx, gy = g[:, 0].astype(float), g[:, 1].astype(float)
 
         def sums(w):
             return np.bincount(lab, weights=w, minlength=n_reg)
 
         # per region, res ~ bx * gx + by * gy (2x2 normal equations; a small ridge keeps a
         # region without gradient at no shift)
-        sxx, sxy, syy = c.sxx, c.sxy, c.syy
+        sxx, sxy, syy = sums(gx * gx) + 1e-3, sums(gx * gy), sums(gy * gy) + 1e-3
         sxr, syr = sums(gx * res), sums(gy * res)
         det = sxx * syy - sxy * sxy
         bx, by = (syy * sxr - sxy * syr) / det, (sxx * syr - sxy * sxr) / det
