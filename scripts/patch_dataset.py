@@ -18,7 +18,9 @@ The ``.npz`` holds ``X`` (N, S, S, 5) uint8 (sRGB, outline, print), ``y`` (N,) i
 (N,) int, ``conf`` (N,) float, ``review`` (N,) bool, ``reason`` (N,) str, ``alt`` (N, 8) float
 (the readers' probability of each mark, their ``alternatives``; session 46), ``hand``,
 ``learned`` (N,) int (each reader's own mark, -1 when it gave none) and ``hand_conf``,
-``learned_conf`` (N,) float, and ``photos``, ``skipped`` (JSON text).
+``learned_conf`` (N,) float, ``blank`` (N, 4) float (the hand reader's ``BLANK_FEATURES``,
+what ``vision.marks`` asks of a blank region; session 47), and ``photos``, ``skipped`` (JSON
+text).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from reader_dataset import _seed_of, read_corpora, seed_allowed  # noqa: E402
+from vision.marks import BLANK_ZERO  # noqa: E402
+
+#: The hand reader's features a blank region shows none of (``vision.marks.BLANK_ZERO``) and its
+#: faint texels (``faint_coverage``, at most ``vision.marks.BLANK_FAINT_MAX`` on a blank one).
+BLANK_FEATURES = (*BLANK_ZERO, "faint_coverage")
 
 
 def photo_patches(job: tuple[str, str]) -> dict:
@@ -58,7 +65,7 @@ def photo_patches(job: tuple[str, str]) -> dict:
         return {"photo": photo, "skip": "misidentified"}
     ids, patches, kinds, allowed = reading.patches
     rows = {k: [] for k in ("i", "y", "kind", "region", "read", "conf", "review", "reason",
-                            "alt", "hand", "hand_conf", "learned", "learned_conf")}
+                            "alt", "hand", "hand_conf", "learned", "learned_conf", "blank")}
     for i, rid in enumerate(ids):
         t = truth["marks"].get(rid)
         rd = reading.readings.get(rid)
@@ -76,7 +83,9 @@ def photo_patches(job: tuple[str, str]) -> dict:
                      ("hand_conf", float(f.get("hand_confidence", np.nan))),
                      ("learned", MARKS.index(f["learned_mark"])
                       if f.get("learned_mark") in MARKS else -1),
-                     ("learned_conf", float(f.get("learned_confidence", np.nan)))):
+                     ("learned_conf", float(f.get("learned_confidence", np.nan))),
+                     ("blank", np.asarray([f.get(k, np.nan) for k in BLANK_FEATURES],
+                                          np.float32))):
             rows[k].append(v)
     sel = np.asarray(rows.pop("i"), np.int64)
     return {"photo": photo, "seed": seed, "preset": str(truth.get("preset", "?")),
@@ -107,6 +116,8 @@ def main(argv=None) -> int:
         alt=np.asarray(np.concatenate([r["alt"] for r in ok]), np.float32).reshape(-1, 8),
         hand=cat("hand", np.int16), hand_conf=cat("hand_conf", np.float32),
         learned=cat("learned", np.int16), learned_conf=cat("learned_conf", np.float32),
+        blank=np.asarray(np.concatenate([r["blank"] for r in ok]), np.float32).reshape(
+            -1, len(BLANK_FEATURES)),
         photo=np.repeat(np.arange(len(ok)), n),
         seed=np.repeat([r["seed"] for r in ok], n),
         preset=np.repeat([r["preset"] for r in ok], n),
