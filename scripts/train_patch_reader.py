@@ -2,7 +2,7 @@
 """Fit the patch reader (``vision.patch_reader``) and choose its thresholds.
 
     python scripts/train_patch_reader.py --fit A.npz B.npz ... --calib C.npz ... \\
-        [--test D.npz ...] --out calibration/models/patch-v1.1.npz --id patch-v1.1
+        [--test D.npz ...] --out calibration/models/patch-v1.2.npz --id patch-v1.2
 
 Needs PyTorch (training only: ``pip install torch==2.13.0``; reading needs numpy alone).
 Datasets are ``scripts/patch_dataset.py``'s.
@@ -25,6 +25,11 @@ Datasets are ``scripts/patch_dataset.py``'s.
   and the readers as another, the lowest threshold of ``SWITCH_GRID`` at which, and at every
   grid step above which, corrections of a right reading are at most ``SWITCH_LOSS_MAX`` of
   the right corrections, with at least ``SWITCH_MIN_RIGHT`` right ones.
+  Lower lifting thresholds for flagged readings both readers (the hand and the learned one)
+  named as the same mark (session 47, ``agree_thresholds``) are chosen by the lifting rule on
+  the lifting rows where the readers agree, among ``AGREE_GRID``, for a mark with at least
+  ``AGREE_MIN_CANDIDATES`` such rows (datasets made before session 46 hold no reader's own
+  mark and add none).
 - ``--test``: information only (any painter, nothing chosen): what the thresholds lift and
   correct there.
 
@@ -51,7 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.patch_reader import (LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
+from vision.patch_reader import (DARK_EMPTY, LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
                                  PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
 #: Thresholds the calibration may choose among.
@@ -66,10 +71,25 @@ PHOTO_FLAGGED_MAX = 0.3
 SWITCH_GRID = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999)
 SWITCH_LOSS_MAX = 0.01
 SWITCH_MIN_RIGHT = 10
+#: Lower thresholds a flag may be lifted at when both readers named the mark too (session 47;
+#: see the module), and how many such flagged readings a mark needs in the calibration rows
+#: for one to be chosen.
+AGREE_GRID = (0.9, 0.95, 0.97, 0.98, 0.99)
+AGREE_MIN_CANDIDATES = 30
 #: The network's layers: (out channels, max pool after).
 LAYERS = ((16, True), (32, False), (32, True), (64, False), (64, False))
 FIELDS = ("X", "y", "allowed", "kind", "read", "conf", "review", "reason", "seed", "painter",
           "preset", "photo")
+
+
+#: Each reader's own mark (session 46's datasets on; older ones lack them: -1, no reader named
+#: any mark there, so they take no part in choosing ``agree_thresholds``) and the hand reader's
+#: blank features (session 47 on; NaN, unknown, in older ones: an "empty" there counts among
+#: those with dark texels, as when reading).
+READER_FIELDS = ("hand", "learned", "blank")
+#: What thresholds are chosen for: each mark, and an "empty" with dark texels apart
+#: (``vision.patch_reader.DARK_EMPTY``, session 47).
+KEYS = (*MARKS, DARK_EMPTY)
 
 
 def load(paths, *, role: str) -> dict:
@@ -77,6 +97,10 @@ def load(paths, *, role: str) -> dict:
     for p in paths:
         with np.load(p, allow_pickle=False) as z:
             d = {k: z[k] for k in FIELDS}
+            for k in ("hand", "learned"):
+                d[k] = z[k] if k in z.files else np.full(len(d["y"]), -1, np.int16)
+            d["blank"] = (z["blank"] if "blank" in z.files
+                          else np.full((len(d["y"]), 4), np.nan, np.float32))
         painters = set(d["painter"].tolist())
         if role in ("fit", "calib") and "heldout" in painters:
             raise SystemExit(f"{p}: the held-out painter may not {role} (it is only measured)")
@@ -84,7 +108,7 @@ def load(paths, *, role: str) -> dict:
             raise SystemExit(f"{p}: seeds >= 100000 may not fit (dev seeds only)")
         d["photo"] = d["photo"] + (parts[-1]["photo"].max() + 1 if parts else 0)
         parts.append(d)
-    return {k: np.concatenate([d[k] for d in parts]) for k in FIELDS}
+    return {k: np.concatenate([d[k] for d in parts]) for k in FIELDS + READER_FIELDS}
 
 
 def build(torch, nn, kinds: int):
@@ -206,14 +230,28 @@ def corrections(P, d, sw) -> dict:
             "readers_accuracy_corrected": round(float((after == d["y"]).mean()), 5)}
 
 
+def row_keys(d: dict) -> np.ndarray:
+    """Per row, the index in :data:`KEYS` its thresholds are chosen under: its reading's mark,
+    or :data:`DARK_EMPTY` for an "empty" whose hand reader saw dark texels (or none known),
+    as ``vision.patch_reader.threshold_key``; rows without ``blank`` are not split."""
+    keys = np.asarray(d["read"]).astype(int).copy()
+    if "blank" in d:
+        dark = np.asarray(d["blank"], float)[:, 2]
+        keys[(keys == MARKS.index("empty")) & ~(dark <= 0.0)] = KEYS.index(DARK_EMPTY)
+    return keys
+
+
 def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
-    """Per mark, the lowest grid threshold above every wrong confirmation (see the module), on
-    the photos with at most ``photo_flagged_max`` of their regions flagged."""
+    """Per key (:func:`row_keys`), the lowest grid threshold above every wrong confirmation
+    (see the module), on the photos with at most ``photo_flagged_max`` of their regions
+    flagged."""
     pm, pc = P.argmax(1), P.max(1)
     lift = candidate_rows(d, photo_flagged_max)
+    keys = row_keys(d)
     th, report = {}, {}
-    for m, name in enumerate(MARKS):
-        cand = lift & (d["read"] == m) & (pm == m)
+    for k, name in enumerate(KEYS):
+        m = MARKS.index(name.split(":")[0])
+        cand = lift & (keys == k) & (pm == m)
         wrong = cand & (d["y"] != m)
         top = float(pc[wrong].max()) if wrong.any() else 0.0
         ok = [t for t in GRID if t > top]
@@ -228,10 +266,46 @@ def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) ->
     return th, report
 
 
-def lifts(P, d, th, photo_flagged_max: float = 1.0) -> dict:
+def readers_agree(d: dict) -> np.ndarray:
+    """Rows both readers read as the reading's mark."""
+    return (d["hand"] == d["read"]) & (d["learned"] == d["read"])
+
+
+def choose_agree_thresholds(P: np.ndarray, d: dict,
+                            photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
+    """Per mark, on the rows :func:`choose_thresholds` chooses on that both readers read as
+    that mark too, the lowest :data:`AGREE_GRID` threshold above every wrong confirmation,
+    one grid step above the highest wrong one, when there are at least
+    :data:`AGREE_MIN_CANDIDATES` such rows (the same rule, on three opinions agreeing)."""
+    pm, pc = P.argmax(1), P.max(1)
+    rows = candidate_rows(d, photo_flagged_max) & readers_agree(d)
+    keys = row_keys(d)
+    th, report = {}, {}
+    for k, name in enumerate(KEYS):
+        m = MARKS.index(name.split(":")[0])
+        cand = rows & (keys == k) & (pm == m)
+        wrong = cand & (d["y"] != m)
+        top = float(pc[wrong].max()) if wrong.any() else 0.0
+        ok = [t for t in AGREE_GRID if t > top]
+        if wrong.any():
+            ok = ok[1:]
+        report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
+                        "highest_wrong": round(top, 6)}
+        if ok and cand.sum() >= AGREE_MIN_CANDIDATES:
+            th[name] = ok[0]
+            report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
+    return th, report
+
+
+def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
+          dark_empty_split: bool = False) -> dict:
     pm, pc = P.argmax(1), P.max(1)
     lift = liftable_rows(d, photo_flagged_max)
-    t = np.array([th.get(MARKS[m], 2.0) for m in d["read"]])
+    keys = row_keys(d) if dark_empty_split else np.asarray(d["read"]).astype(int)
+    t = np.array([th.get(KEYS[k], 2.0) for k in keys])
+    if agree:
+        t = np.where(readers_agree(d),
+                     np.minimum(t, [agree.get(KEYS[k], 2.0) for k in keys]), t)
     conf = lift & (pm == d["read"]) & (pc >= t)
     et = np.isin(d["preset"], ["easy", "typical"])
     out = {"flagged": int(d["review"].sum()), "liftable": int(lift.sum()),
@@ -255,9 +329,13 @@ def calibrate(meta: dict, predict, calib_paths, test_paths, photo_flagged_max: f
     print("thresholds", json.dumps(report), flush=True)
     sw, sw_report = choose_switch_thresholds(P, calib)
     print("corrections", json.dumps(sw_report), flush=True)
+    agree, agree_report = choose_agree_thresholds(P, calib, photo_flagged_max)
+    print("with both readers", json.dumps(agree_report), flush=True)
     meta = {**meta, "thresholds": th, "photo_flagged_max": photo_flagged_max,
-            "switch_thresholds": sw,
+            "switch_thresholds": sw, "agree_thresholds": agree, "dark_empty_split": True,
             "calibration": {"datasets": [Path(p).name for p in calib_paths], "by_mark": report,
+                            "agree_by_mark": agree_report, "agree_grid": list(AGREE_GRID),
+                            "agree_min_candidates": AGREE_MIN_CANDIDATES,
                             "grid": list(GRID), "photo_flagged_max": photo_flagged_max,
                             "switch_by_mark": sw_report, "switch_grid": list(SWITCH_GRID),
                             "switch_loss_max": SWITCH_LOSS_MAX,
@@ -266,7 +344,7 @@ def calibrate(meta: dict, predict, calib_paths, test_paths, photo_flagged_max: f
     for p in test_paths:
         d = load([p], role="test")
         Pd = predict(d)
-        meta["validation"][Path(p).name] = {**lifts(Pd, d, th, photo_flagged_max),
+        meta["validation"][Path(p).name] = {**lifts(Pd, d, th, photo_flagged_max, agree, True),
                                             **corrections(Pd, d, sw)}
         print(Path(p).name, json.dumps(meta["validation"][Path(p).name]), flush=True)
     return meta

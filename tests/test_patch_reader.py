@@ -13,9 +13,9 @@ import pytest
 from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
-from vision.patch_reader import (CHUNK, DEFAULT_PATCH_MODEL, DISSENT_MARKS, LIFTABLE,
+from vision.patch_reader import (CHUNK, DARK_EMPTY, DEFAULT_PATCH_MODEL, DISSENT_MARKS, LIFTABLE,
                                  MARKS, PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS,
-                                 ReaderModelError, switchable,
+                                 ReaderModelError, lift_threshold, switchable,
                                  _conv3x3_relu, default_patch_reader, liftable,
                                  load_patch_reader, patch_geometry, region_patches)
 from vision.pipeline import read_photo, sheet_model
@@ -152,7 +152,8 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                 lifted_any += 1
                 assert liftable(b), (rid, b.reason)  # only the readers' own doubt
                 assert a.features["patch_mark"] == a.mark
-                assert a.confidence >= reader.thresholds[a.mark]
+                assert a.features["patch_confidence"] >= lift_threshold(reader, b) - 1e-6
+                assert a.confidence >= after.details["review_threshold"]
                 assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
             elif b.review:
                 assert a.review and a.reason == b.reason
@@ -173,7 +174,8 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
         # a flag of the photo's own doubt holds back lifting, not correcting
         free2 = not [o for o in others if not o.startswith(SWITCH_FROM)]
         assert done["read"] == sum(1 for b in before.readings.values()
-                                   if (free and liftable(b) and b.mark in reader.thresholds)
+                                   if (free and liftable(b)
+                                       and lift_threshold(reader, b) is not None)
                                    or (free2 and switchable(b))
                                    or (not b.review and b.mark in DISSENT_MARKS))
         assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
@@ -209,6 +211,35 @@ def test_the_bundled_model_records_how_it_was_made():
     assert r.switch_thresholds and set(r.switch_thresholds) <= set(SWITCH_MARKS)
     assert all(0.9 <= t < 1.0 for t in r.switch_thresholds.values())
     assert r.meta["calibration"]["switch_by_mark"]
+    # (session 47) lower thresholds for flags both readers agree on, never under 0.9; an
+    # "empty" with dark texels apart, stricter than other "empty" readings
+    assert r.agree_thresholds and all(0.9 <= t <= r.thresholds.get(m, 1.0)
+                                      for m, t in r.agree_thresholds.items())
+    assert r.dark_empty_split and r.thresholds[DARK_EMPTY] > r.thresholds["empty"]
+    assert r.agree_thresholds.get(DARK_EMPTY, 1.0) > r.agree_thresholds["empty"]
+
+
+def test_an_empty_with_dark_texels_has_thresholds_of_its_own():
+    from dataclasses import replace
+
+    from vision.marks import RegionReading
+    from vision.patch_reader import lift_threshold, threshold_key
+
+    r = default_patch_reader()
+
+    def rd(mark, **feats):
+        return RegionReading("treasure.4", "treasure", mark, 0.9, True, ((mark, 0.9),),
+                             {"hand_mark": mark, "learned_mark": mark, **feats},
+                             "low confidence")
+    assert threshold_key(r, rd("empty", dark=0.0)) == "empty"
+    assert threshold_key(r, rd("empty", dark=0.0172)) == DARK_EMPTY
+    assert threshold_key(r, rd("empty")) == DARK_EMPTY  # (nothing known: the stricter)
+    assert threshold_key(r, rd("orange", dark=0.3)) == "orange"
+    assert lift_threshold(r, rd("empty", dark=0.0)) == r.agree_thresholds["empty"]
+    assert lift_threshold(r, rd("empty", dark=0.0172)) == r.thresholds[DARK_EMPTY]
+    # a model without the split (patch-v1.1 and before) reads every "empty" alike
+    old = replace(r, dark_empty_split=False)
+    assert threshold_key(old, rd("empty", dark=0.0172)) == "empty"
 
 
 def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
@@ -347,6 +378,9 @@ def test_the_dataset_holds_each_region_its_truth_and_the_readers_verdict(tmp_pat
         assert MARKS[d["hand"][k]] == r.features["hand_mark"]
         assert MARKS[d["learned"][k]] == r.features["learned_mark"]
         assert d["learned_conf"][k] == pytest.approx(r.features["learned_confidence"])
+        # (session 47) the hand reader's blank features
+        assert d["blank"][k] == pytest.approx([r.features[f] for f in ds.BLANK_FEATURES])
+    assert (d["blank"][:, 2] > 0).any() and (d["blank"][:, 2] == 0).any()
     # a photo of a measurement seed not yet spent gives no row, and says so
     fresh = tmp_path / "fresh"
     fresh.mkdir()
@@ -512,3 +546,85 @@ def test_patches_from_the_light_stage_match_the_normalised_sheet():
     # a window partly off the sheet: paper beyond it either way
     edge = int(np.argmin(geo.boxes[:, 0]))
     assert (region_patches(light, geo, [edge]) == region_patches(light.linear, geo, [edge])).mean() > 0.99
+
+
+def test_a_flag_both_readers_agree_on_is_lifted_at_the_lower_threshold_alone():
+    """(session 47) A flagged reading both readers (hand and learned) named as its mark is
+    lifted when the patch reader names it at least at the mark's ``agree_thresholds``, lower
+    than ``thresholds``; the same reading with the readers apart keeps its flag; the lifted
+    reading's confidence is raised to the review threshold."""
+    from dataclasses import replace
+
+    from vision.marks import RegionReading
+    from vision.patch_reader import confirm, lift_threshold, readers_agree
+
+    t = get_template("crypts-1")
+    m = sheet_model(t, dpi=100.0)
+    boxes = [r for r in t.regions if r.kind == "box"]
+    a_box, b_box = boxes[3], boxes[11]
+    sheet = m.expected
+    for r in (a_box, b_box):  # coloured in with a mid orange
+        sheet = _coloured_in(sheet, r, (0.85, 0.25, 0.03), inset=1)
+
+    def rd(region, hand, review=True):
+        return RegionReading(region.id, region.kind, "orange", 0.8 if review else 0.999, review,
+                             (("orange", 0.8), ("red", 0.2)),
+                             {"hand_mark": hand, "learned_mark": "orange"},
+                             "low confidence (orange: hand 0.8, learned 0.8)" if review else "")
+    readings = {a_box.id: rd(a_box, "orange"), b_box.id: rd(b_box, "red"),
+                **{r.id: rd(r, "empty", review=False) for r in boxes[20:30]}}
+    # thresholds no probability reaches, a low one when the readers agree
+    reader = replace(default_patch_reader(), thresholds={"orange": 1.01},
+                     agree_thresholds={"orange": 0.5})
+    assert readers_agree(readings[a_box.id]) and not readers_agree(readings[b_box.id])
+    assert lift_threshold(reader, readings[a_box.id]) == 0.5
+    assert lift_threshold(reader, readings[b_box.id]) == 1.01
+    out, done = confirm(readings, sheet, t, m.expected, dpi=100.0, reader=reader,
+                        review_threshold=0.97)
+    a, b = out[a_box.id], out[b_box.id]
+    assert a.features["patch_mark"] == "orange" == b.features["patch_mark"]
+    assert not a.review and a.reason == "" and a.mark == "orange"
+    assert a.features["patch_confirmed"] == 1.0 and a.features["patch_confirmed_with_readers"] == 1.0
+    assert a.confidence == pytest.approx(max(0.97, a.features["patch_confidence"]), abs=1e-6)
+    assert b.review and b.reason == readings[b_box.id].reason and "patch_confirmed" not in b.features
+    assert done["confirmed"] == 1 and done["confirmed_with_readers"] == 1
+    # without agree thresholds (a model before session 47) neither is lifted
+    out, done = confirm(readings, sheet, t, m.expected, dpi=100.0,
+                        reader=replace(reader, agree_thresholds={}), review_threshold=0.97)
+    assert out[a_box.id].review and out[b_box.id].review and done["confirmed"] == 0
+
+
+def test_a_lower_threshold_for_agreeing_readers_sits_a_step_above_their_surest_wrong_one():
+    """(session 47) choose_agree_thresholds: the lifting rule on the rows both readers read as
+    the mark, over AGREE_GRID, and only for a mark with enough such rows."""
+    tr = load_script("train_patch_reader")
+    n_ok = tr.AGREE_MIN_CANDIDATES
+    # photo 0: n_ok + 1 "orange" readings flagged, all three opinions agreeing, one wrong at
+    # 0.96; photo 1: as many "red" ones, none wrong; photo 2: a few "blue", none wrong;
+    # each photo also has many confident regions (so under 30 % of it is flagged)
+    rows = []
+    for photo, mark, k, wrong_p in ((0, 1, n_ok + 1, 0.96), (1, 2, n_ok + 1, None), (2, 3, 5, None)):
+        for i in range(k):
+            p = 0.93 if i % 2 else 0.991
+            y = mark
+            if wrong_p is not None and i == 0:
+                p, y = wrong_p, 0
+            rows.append(dict(photo=photo, read=mark, y=y, p=p, review=True, reason="low confidence",
+                             hand=mark, learned=mark))
+        rows += [dict(photo=photo, read=0, y=0, p=0.999, review=False, reason="", hand=0,
+                      learned=0)] * (4 * k)
+    # a wrong "red" where the readers disagree does not count against the agreeing rows
+    rows.append(dict(photo=1, read=2, y=5, p=0.999, review=True, reason="readers disagree",
+                     hand=5, learned=2))
+    d = {k: np.array([r[k] for r in rows]) for k in ("photo", "read", "y", "review", "reason",
+                                                     "hand", "learned")}
+    P = np.zeros((len(rows), 8))
+    P[np.arange(len(rows)), d["read"]] = [r["p"] for r in rows]
+    P[:, 7] = 1 - P.max(1)
+    th, report = tr.choose_agree_thresholds(P, d, photo_flagged_max=0.3)
+    # grid values above 0.96: 0.97, 0.98, ...: one step above is 0.98
+    assert th["orange"] == 0.98 and report["orange"]["wrong"] == 1
+    assert report["orange"]["highest_wrong"] == 0.96
+    assert th["red"] == tr.AGREE_GRID[0] and report["red"]["wrong"] == 0
+    assert report["red"]["candidates"] == n_ok + 1
+    assert "blue" not in th and report["blue"]["candidates"] == 5  # too few rows

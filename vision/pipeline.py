@@ -28,7 +28,7 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
-from vision.patch_reader import (DISSENT_MARKS, LIFTABLE, SWITCH_FROM,
+from vision.patch_reader import (DARK_EMPTY, DISSENT_MARKS, LIFTABLE, MARKS, SWITCH_FROM,
                                  confirm as confirm_by_patches,
                                  patch_geometry, region_patches, resolve_patch_reader)
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
@@ -393,7 +393,19 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                      "by_kind": [dict(v) for v in _SURE_RULE["by_kind"]]},
                     # (session 45) the third opinion and when it lifts a flag
                     "patch_reader": ({"model": reader3.id, "lifts": list(LIFTABLE),
-                                      "thresholds": dict(reader3.thresholds),
+                                      "thresholds": {m: t for m, t in
+                                                     reader3.thresholds.items()
+                                                     if m in MARKS},
+                                      # (session 47) lower, when both readers named the mark
+                                      "thresholds_with_readers": {
+                                          m: t for m, t in reader3.agree_thresholds.items()
+                                          if m in MARKS},
+                                      # (session 47) an "empty" with dark texels
+                                      "dark_empty": ({
+                                          "threshold": reader3.thresholds.get(DARK_EMPTY),
+                                          "with_readers":
+                                              reader3.agree_thresholds.get(DARK_EMPTY)}
+                                          if reader3.dark_empty_split else None),
                                       "photo_flagged_max": reader3.photo_flagged_max,
                                       "watches": list(DISSENT_MARKS),
                                       # (session 46) flagged marks it corrects, still flagged
