@@ -14,8 +14,8 @@ from vision.learned import DecisionRule
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN_WRITTEN, BLANK_LEARNED_MIN,
                           COLOUR_SURE_HAND, COLOUR_SURE_LEARNED, REVIEW_THRESHOLD,
                           ROUTE_EMPTY_HAND, ROUTE_EMPTY_LEARNED, SURE_FLOORS, SURE_KIND_FLOORS,
-                          LEARNED_FLOORS, RegionReading, _confirm_blank, _confirm_sure,
-                          _learned_floors)
+                          LEARNED_FLOORS, WRITING_MIN_PX_PER_MM, RegionReading, _confirm_blank,
+                          _confirm_sure, _learned_floors, check_coarse_writing)
 from vision.pipeline import read_photo
 
 RULE = DecisionRule(photo_gate=0.5, photo_doubt_max=1.0)
@@ -325,3 +325,51 @@ def test_on_a_real_photo_a_thin_crossing_on_a_treasure_is_not_read_empty_confide
         a, b = with_rule.readings[rid], without.readings[rid]
         assert a.kind == "treasure" and a.mark == b.mark == "empty" and a.review and not b.review
         assert a.features["learned_confidence"] < LEARNED_FLOORS[("treasure", "empty")]
+
+
+def _field(mark, conf, *, review=False, reason="", kind="number_field",
+           allowed=("empty", "written")):
+    return RegionReading("total", kind, mark, conf, review,
+                         tuple((m, conf if m == mark else 1 - conf) for m in allowed), {}, reason)
+
+
+def test_a_number_fields_empty_is_never_confident_on_a_photo_too_coarse_for_writing():
+    """(session 47) check_coarse_writing: under WRITING_MIN_PX_PER_MM every confident "empty"
+    of a number field is flagged; writing, other regions and flags already set are left as
+    they are, and nothing changes at or above it, or when the resolution is unknown."""
+    readings = {"total": _field("empty", 0.983), "score": _field("written", 0.999),
+                "box": _field("empty", 0.999, kind="box", allowed=("empty", "orange")),
+                "row": _field("empty", 0.6, review=True, reason="low confidence (...)")}
+    low = WRITING_MIN_PX_PER_MM - 0.45
+    out = check_coarse_writing(readings, low, REVIEW_THRESHOLD)
+    a = out["total"]
+    assert a.review and a.mark == "empty" and a.confidence < REVIEW_THRESHOLD
+    assert a.reason == (f"photo too coarse to see writing ({low:.1f} px/mm, under "
+                        f"{WRITING_MIN_PX_PER_MM:g}): a number written here may not show")
+    assert [out[k] for k in ("score", "box", "row")] == [readings[k] for k in ("score", "box", "row")]
+    for ppm in (WRITING_MIN_PX_PER_MM, 6.0, None, float("nan")):
+        assert check_coarse_writing(readings, ppm, REVIEW_THRESHOLD) == readings
+
+
+def test_on_a_real_photo_too_coarse_for_writing_blank_number_fields_are_flagged():
+    """A Reefs sheet photographed small (1150 px on its long side: ~2.4 px per mm of the page)
+    has every number field read "empty" flagged for it, the fields written in still read
+    "written"; the same sheet at 2400 px none."""
+    t = get_template("reefs-1")
+    marks = random_marks(t, np.random.default_rng(48))
+    fields = [r.id for r in t.regions if r.kind == "number_field"]
+    seen = {}
+    assert {marks.get(rid, "empty") for rid in fields} == {"empty", "written"}
+    for side in (1150, 2400):
+        photo = simulate_photo(t, marks, seed=48, preset="easy",
+                               overrides={"output_long_side": side})
+        got = read_photo(photo.jpeg)
+        ppm = got.details["page_px_per_mm"]
+        coarse = [rid for rid, rd in got.readings.items()
+                  if rd.reason.startswith("photo too coarse to see writing")]
+        assert all(got.readings[rid].mark == marks.get(rid, "empty") for rid in fields)
+        seen[side] = (ppm, coarse, [rid for rid in fields if got.readings[rid].mark == "empty"])
+    (ppm_lo, coarse_lo, empty_lo), (ppm_hi, coarse_hi, _) = seen[1150], seen[2400]
+    assert ppm_lo < WRITING_MIN_PX_PER_MM <= ppm_hi
+    assert empty_lo and sorted(coarse_lo) == sorted(empty_lo)
+    assert coarse_hi == []

@@ -34,7 +34,8 @@ from vision.patch_reader import (DARK_EMPTY, DISSENT_MARKS, LIFTABLE, MARKS, SWI
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
                           BLANK_LEARNED_MIN, BLANK_ZERO, REVIEW_THRESHOLD, SURE_FLOORS,
                           SURE_KIND_FLOORS,
-                          RegionReading, SheetModel, build_sheet_model, classify_sheet)
+                          RegionReading, SheetModel, build_sheet_model, check_coarse_writing,
+                          classify_sheet)
 
 #: Format tag of the JSON a reading serialises to (docs/READ_JSON.md). Bump on any change an
 #: outside tool could notice.
@@ -340,6 +341,11 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                                     model.expected, dpi=dpi, reader=reader3,
                                                     review_threshold=review_threshold,
                                                     objects=bool(sheet.objects))
+    # (session 47) a number field's "empty" on a photo too coarse to show pencil writing
+    ref = rect.refinement if isinstance(rect.refinement, Mapping) else {}
+    pxr = ref.get("photo_px_per_frame_px")
+    page_px_per_mm = float(pxr) * dpi / 25.4 if pxr is not None else None
+    readings = check_coarse_writing(readings, page_px_per_mm, review_threshold)
     kept_patches = None
     if keep_patches:
         geo = patch_geometry(template, model.expected, dpi=dpi,
@@ -364,6 +370,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
         "refinement": _small(rect.refinement),
         "review_threshold": float(review_threshold),
         "photo_confidence": {"value": pconf, **pconf_parts},
+        # (session 47) the page's resolution in the photo, px per mm of the printed page
+        "page_px_per_mm": (round(page_px_per_mm, 3) if page_px_per_mm is not None else None),
         # (session 39) marked regions under an object lying on the sheet, which the pencils'
         # calibration left out (vision.marks.classify_sheet, left_out)
         "calibration_left_out": list(sheet.calibration_left_out),
