@@ -95,8 +95,8 @@ SWITCH_MARKS = ("empty", "crossed", "written")
 #: of its marks crossed out) a treasure crossed out with one faint graphite stroke was read
 #: "empty" by both readers and by the patch reader at 0.9977, over patch-v1.1's 0.99 for
 #: "empty": a confident error. It was the only wrong "empty" among ~5,200 lifting candidates
-#: of ten spent and dev corpora, and it had dark texels (0.017 of the region); three in four
-#: flagged "empty" readings have none.
+#: of seven spent and dev corpora, and it had dark texels (0.017 of the region); three in four
+#: flagged "empty" readings have none (on ten corpora: 5 of the 7 wrong ones among ~6,400).
 DARK_EMPTY = "empty:dark"
 #: The patch side in pixels and the paper around a region's bounding box in a patch: the
 #: windows a dataset is built with when no model says otherwise (``PatchReader.size``,
