@@ -241,29 +241,37 @@ def row_keys(d: dict) -> np.ndarray:
     return keys
 
 
-def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
-    """Per key (:func:`row_keys`), the lowest grid threshold above every wrong confirmation
-    (see the module), on the photos with at most ``photo_flagged_max`` of their regions
-    flagged."""
+def _step_above(P: np.ndarray, d: dict, rows: np.ndarray, grid: tuple,
+                min_candidates: int = 0) -> tuple[dict, dict]:
+    """Per key (:func:`row_keys`), on ``rows`` read as that key's mark that the patch reader
+    names so too, the lowest ``grid`` threshold above every wrong confirmation, one grid step
+    above the highest wrong one; none for a key with fewer than ``min_candidates`` rows or
+    none left on the grid."""
     pm, pc = P.argmax(1), P.max(1)
-    lift = candidate_rows(d, photo_flagged_max)
     keys = row_keys(d)
     th, report = {}, {}
     for k, name in enumerate(KEYS):
         m = MARKS.index(name.split(":")[0])
-        cand = lift & (keys == k) & (pm == m)
+        cand = rows & (keys == k) & (pm == m)
         wrong = cand & (d["y"] != m)
         top = float(pc[wrong].max()) if wrong.any() else 0.0
-        ok = [t for t in GRID if t > top]
+        ok = [t for t in grid if t > top]
         # one grid step above the highest wrong confirmation
         if wrong.any():
             ok = ok[1:]
         report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
                         "highest_wrong": round(top, 6)}
-        if ok:
+        if ok and cand.sum() >= min_candidates:
             th[name] = ok[0]
             report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
     return th, report
+
+
+def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
+    """Per key (:func:`row_keys`), the lowest :data:`GRID` threshold above every wrong
+    confirmation (see the module), on the photos with at most ``photo_flagged_max`` of their
+    regions flagged."""
+    return _step_above(P, d, candidate_rows(d, photo_flagged_max), GRID)
 
 
 def readers_agree(d: dict) -> np.ndarray:
@@ -273,28 +281,11 @@ def readers_agree(d: dict) -> np.ndarray:
 
 def choose_agree_thresholds(P: np.ndarray, d: dict,
                             photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
-    """Per mark, on the rows :func:`choose_thresholds` chooses on that both readers read as
-    that mark too, the lowest :data:`AGREE_GRID` threshold above every wrong confirmation,
-    one grid step above the highest wrong one, when there are at least
-    :data:`AGREE_MIN_CANDIDATES` such rows (the same rule, on three opinions agreeing)."""
-    pm, pc = P.argmax(1), P.max(1)
+    """The same rule on the rows :func:`choose_thresholds` chooses on that both readers read
+    as the mark too, among :data:`AGREE_GRID`, for a key with at least
+    :data:`AGREE_MIN_CANDIDATES` such rows (three opinions agreeing)."""
     rows = candidate_rows(d, photo_flagged_max) & readers_agree(d)
-    keys = row_keys(d)
-    th, report = {}, {}
-    for k, name in enumerate(KEYS):
-        m = MARKS.index(name.split(":")[0])
-        cand = rows & (keys == k) & (pm == m)
-        wrong = cand & (d["y"] != m)
-        top = float(pc[wrong].max()) if wrong.any() else 0.0
-        ok = [t for t in AGREE_GRID if t > top]
-        if wrong.any():
-            ok = ok[1:]
-        report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
-                        "highest_wrong": round(top, 6)}
-        if ok and cand.sum() >= AGREE_MIN_CANDIDATES:
-            th[name] = ok[0]
-            report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
-    return th, report
+    return _step_above(P, d, rows, AGREE_GRID, AGREE_MIN_CANDIDATES)
 
 
 def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
