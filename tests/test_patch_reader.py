@@ -261,6 +261,17 @@ def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
     np.savez(cut, **good)
     with pytest.raises(ReaderModelError, match="conv1"):
         load_patch_reader(cut)
+    # thresholds of the wrong shape (session 47's included) are a damaged model too
+    for key, value in (("agree_thresholds", [0.9]), ("thresholds", "0.99"),
+                       ("agree_thresholds", {"empty": "high"})):
+        good = dict(np.load(DEFAULT_PATCH_MODEL))
+        meta = json.loads(str(good["meta"]))
+        meta[key] = value
+        good["meta"] = np.asarray(json.dumps(meta))
+        odd = tmp_path / "odd.npz"
+        np.savez(odd, **good)
+        with pytest.raises(ReaderModelError, match="damaged"):
+            load_patch_reader(odd)
 
 
 def _dataset(path, *, painter="default", seed=5000, n=6):

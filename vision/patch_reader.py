@@ -483,7 +483,7 @@ def load_patch_reader(path, *, engine: str = "auto") -> PatchReader:
                              photo_flagged_max=float(meta.get("photo_flagged_max", 1.0)),
                              switch_thresholds=sw, agree_thresholds=agree,
                              dark_empty_split=bool(meta.get("dark_empty_split", False)))
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise ReaderModelError(f"the patch reader's model {path} is damaged ({e}).",
                                hint=hint) from None
     if engine != "numpy":
