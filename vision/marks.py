@@ -2205,17 +2205,14 @@ def check_coarse_writing(readings: Mapping[str, RegionReading], px_per_mm: float
     corpora the 63 number fields written in and read "empty" were on photos of 2.0-3.6 px/mm
     (all but one), half of them under 2.5; of the 487 blank fields read "empty" with
     confidence, one was under 2.5 px/mm (none on an easy or typical photo), 19 under 3."""
-    if px_per_mm is None or not np.isfinite(px_per_mm) or px_per_mm >= WRITING_MIN_PX_PER_MM:
-        return dict(readings)
-    cap = float(np.nextafter(review_threshold, 0.0) - 1e-4)
     out = dict(readings)
+    if px_per_mm is None or not np.isfinite(px_per_mm) or px_per_mm >= WRITING_MIN_PX_PER_MM:
+        return out
+    why = (f"photo too coarse to see writing ({px_per_mm:.1f} px/mm, under "
+           f"{WRITING_MIN_PX_PER_MM:g}): a number written here may not show")
     for rid, rd in readings.items():
-        if rd.review or rd.mark != "empty" or not written_only(rd):
-            continue
-        out[rid] = replace(rd, review=True, confidence=float(min(rd.confidence, cap)),
-                           reason=f"photo too coarse to see writing ({px_per_mm:.1f} px/mm, "
-                                  f"under {WRITING_MIN_PX_PER_MM:g}): a number written here "
-                                  f"may not show")
+        if not rd.review and rd.mark == "empty" and written_only(rd):
+            out[rid] = _flagged(rd, review_threshold, why)
     return out
 
 
