@@ -2,7 +2,7 @@
 """Fit the patch reader (``vision.patch_reader``) and choose its thresholds.
 
     python scripts/train_patch_reader.py --fit A.npz B.npz ... --calib C.npz ... \\
-        [--test D.npz ...] --out calibration/models/patch-v1.2.npz --id patch-v1.2
+        [--test D.npz ...] --out calibration/models/patch-v1.3.npz --id patch-v1.3
 
 Needs PyTorch (training only: ``pip install torch==2.13.0``; reading needs numpy alone).
 Datasets are ``scripts/patch_dataset.py``'s.
@@ -20,8 +20,9 @@ Datasets are ``scripts/patch_dataset.py``'s.
   top is never confirmed.
   The thresholds at which a flagged reading is corrected to another mark (session 46,
   ``vision.patch_reader.SWITCH_MARKS``) are chosen on the same rows: per mark, on the regions
-  flagged with a reason of ``SWITCH_FROM`` on a photo with no flag of another reason (but a
-  harmless one), whatever share of it is flagged, that the patch reader names as that mark
+  flagged with a reason of ``SWITCH_FROM``, whatever share of the photo is flagged and
+  whatever other flags it has (session 48; before, on photos with no flag of another reason
+  but a harmless one), that the patch reader names as that mark
   and the readers as another, the lowest threshold of ``SWITCH_GRID`` at which, and at every
   grid step above which, corrections of a right reading are at most ``SWITCH_LOSS_MAX`` of
   the right corrections, with at least ``SWITCH_MIN_RIGHT`` right ones.
@@ -192,8 +193,9 @@ def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
 
 def switch_rows(d: dict) -> np.ndarray:
     """The rows ``vision.patch_reader.confirm`` would read to correct their mark: flagged for
-    a :data:`SWITCH_FROM` reason on a photo with no flag of another reason."""
-    return _flagged_for(d, SWITCH_FROM) & ~_held_back(d, SWITCH_FROM)
+    a :data:`SWITCH_FROM` reason, whatever other flags the photo has (session 48; objects lying
+    on the sheet, which hold corrections back, are not in the datasets)."""
+    return _flagged_for(d, SWITCH_FROM)
 
 
 def choose_switch_thresholds(P: np.ndarray, d: dict) -> tuple[dict, dict]:

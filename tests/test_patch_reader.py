@@ -171,12 +171,13 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                   if b.review and not liftable(b)]
         assert done["held_back_by"] == (others[0] if others else None)
         free = share <= reader.photo_flagged_max and not others
-        # a flag of the photo's own doubt holds back lifting, not correcting
-        free2 = not [o for o in others if not o.startswith(SWITCH_FROM)]
+        # a flag of the photo's own doubt or of a check holds back lifting, not correcting
+        # (session 48: only something lying on the sheet holds corrections back)
+        assert done["corrections_held_back_by"] is None
         assert done["read"] == sum(1 for b in before.readings.values()
                                    if (free and liftable(b)
                                        and lift_threshold(reader, b) is not None)
-                                   or (free2 and switchable(b))
+                                   or switchable(b)
                                    or (not b.review and b.mark in DISSENT_MARKS))
         assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
                                         if b.review and not after.readings[rid].review)
@@ -354,10 +355,11 @@ def test_a_correction_threshold_weighs_right_corrections_against_wrong_ones():
     assert th == {"crossed": tr.SWITCH_GRID[0]}
     assert report["crossed"]["right_wrong_by_grid"][0] == [298, 2]
     assert report["empty"]["right_wrong_by_grid"][-1] == [0, 2] and "threshold" not in report["empty"]
-    # a flag of another reason on the photo holds its rows back, as when reading
+    # (session 48) a flag of another reason on the photo holds no row back, as when reading;
+    # its own row is not one to correct
     d2 = {**d, "reason": np.array(["a stroke runs through it"] + ["low confidence"] * 319),
           "photo": np.zeros(320, int)}
-    assert not tr.switch_rows(d2).any()
+    assert tr.switch_rows(d2).tolist() == [False] + [True] * 319
     got = tr.corrections(P, d, th)
     assert got["corrected"] == 300 and got["corrected_right"] == 298 and got["corrected_wrong"] == 2
 
@@ -474,8 +476,12 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
     real = pipeline.confirm_by_patches
     seen = {}
 
+    stroke = boxes[12].id  # a check's flag elsewhere on the sheet
+
     def readers_wrong(readings, *a, **k):
         out = dict(readings)
+        out[stroke] = replace(readings[stroke], confidence=0.6, review=True,
+                              reason="a stroke runs through it (made by the test)")
         for rid in crossed:
             out[rid] = replace(readings[rid], mark="blue", confidence=0.6, review=True,
                                reason="low confidence (made wrong by the test)")
@@ -500,6 +506,10 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
         assert got.readings[rid].mark == colour and "patch_corrected_from" not in got.readings[
             rid].features
     assert got.details["patch_reader"]["corrected"] == len(crossed)
+    # (session 48) the check's flag holds back lifting, not correcting, and is kept
+    assert got.details["patch_reader"]["held_back_by"] == "a stroke runs through it"
+    assert got.details["patch_reader"]["corrections_held_back_by"] is None
+    assert got.readings[stroke].review and got.readings[stroke].reason == seen[stroke].reason
     # the scoring side sees the corrected marks
     assert sum(1 for rid in crossed if got.to_json()["regions"][rid]["mark"] == "crossed") == 4
 
@@ -639,3 +649,29 @@ def test_a_lower_threshold_for_agreeing_readers_sits_a_step_above_their_surest_w
     assert th["red"] == tr.AGREE_GRID[0] and report["red"]["wrong"] == 0
     assert report["red"]["candidates"] == n_ok + 1
     assert "blue" not in th and report["blue"]["candidates"] == 5  # too few rows
+
+
+def test_something_lying_on_the_sheet_still_holds_corrections_back():
+    """(session 48) Only an object lying on the sheet keeps the patch reader from correcting
+    flagged marks (a check's flag elsewhere no longer does): with one, the flagged readings are
+    not even read, and the summary says why."""
+    from vision.marks import RegionReading
+    from vision.patch_reader import confirm
+
+    t = get_template("crypts-1")
+    m = sheet_model(t, dpi=100.0)
+    boxes = [r for r in t.regions if r.kind == "box"]
+    readings = {r.id: RegionReading(r.id, r.kind, "blue", 0.6, True, (("blue", 0.6),), {},
+                                    "photo too unreliable (registration/resolution)")
+                for r in boxes[:4]}
+    reader = default_patch_reader()
+    kept, done = confirm(readings, m.expected, t, m.expected, dpi=100.0, reader=reader,
+                         review_threshold=0.97, objects=True)
+    assert done["corrections_held_back_by"] == "something lies on the sheet"
+    assert done["held_back_by"] == "photo too unreliable"  # (lifting: the first such flag)
+    assert done["read"] == 0 and kept == readings
+    free, done = confirm(readings, m.expected, t, m.expected, dpi=100.0, reader=reader,
+                         review_threshold=0.97)
+    assert done["corrections_held_back_by"] is None and done["read"] == 4
+    # (blank boxes read "blue": corrected to "empty", still flagged, or left as they were)
+    assert all(a.review and (a.mark == "blue" or a.mark in SWITCH_MARKS) for a in free.values())

@@ -51,7 +51,7 @@ from vision.learned import MODEL_DIR, ReaderModelError
 #: The patch reader's model file format.
 PATCH_MODEL_FORMAT = "sheetcheck.patch-reader/1"
 #: The bundled model.
-DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v1.2.npz"
+DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v1.3.npz"
 #: The marks, in the network's output order (``vision.marks.MARKS``).
 MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "written")
 #: Flag reasons the patch reader may lift (their prefix): the readers' own doubt, and
@@ -584,8 +584,9 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
       patch reader's probability, raised to ``review_threshold`` when under it; it gains the
       feature ``patch_confirmed`` (1), and ``patch_confirmed_with_readers`` (1) when the lower
       threshold alone let it.
-    - Correcting (session 46): on a photo with no flag but :data:`SWITCH_FROM` ones
-      and nothing lying on it, however many of its regions are flagged,
+    - Correcting (session 46): on a photo with nothing lying on it, however many of its
+      regions are flagged and whatever other flags it has (session 48; before, only on a
+      photo with no flag but :data:`SWITCH_FROM` ones),
       every flagged reading with a :data:`SWITCH_FROM` reason is read too; when the patch
       reader names another mark of its ``switch_thresholds`` (:data:`SWITCH_MARKS`) with at
       least that mark's threshold, the reading takes that mark and stays flagged: reason "the
@@ -605,7 +606,11 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     lift = {rid for rid, rd in readings.items()
             if liftable(rd) and lift_threshold(reader, rd) is not None
             } if (share <= reader.photo_flagged_max and held_back is None) else set()
-    switch_held_back = _held_back(readings, SWITCH_FROM, objects)
+    # (session 48) corrections are held back by something lying on the sheet alone: a flag of
+    # a check elsewhere on the photo (a stain, a stroke astray, a lost pencil) is no reason to
+    # leave a flagged mark the patch reader is sure of as the readers read it (see
+    # :data:`SWITCH_FROM`), and the corrected region stays flagged
+    switch_held_back = "something lies on the sheet" if objects else None
     switch = {rid for rid, rd in readings.items() if switchable(rd)
               } if (reader.switch_thresholds and switch_held_back is None) else set()
     # confident readings the patch reader must not contradict
