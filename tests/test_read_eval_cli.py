@@ -157,7 +157,7 @@ def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsy
     out_json = tmp_path / "v1.json"
     assert main(["eval", str(one), "--reader", str(MODEL_DIR / "reader-v1.json"),
                  "--json", str(out_json)]) == 0
-    assert "(reader reader-v1, patch reader patch-v1.3)" in capsys.readouterr().out
+    assert "(reader reader-v1, patch reader patch-v2)" in capsys.readouterr().out
     assert json.loads(out_json.read_text())["reader"]["id"] == "reader-v1"
     assert main(["eval", str(one), "--json", str(out_json)]) == 0
     assert json.loads(out_json.read_text())["reader"]["id"] == DEFAULT_MODEL.stem
@@ -223,6 +223,6 @@ def test_eval_and_read_without_the_patch_reader_when_asked(folder, tmp_path, cap
     assert doc["details"]["reader"]["patch_reader"] is None
     assert main(["read", str(one / "p0.jpg"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["details"]["patch_reader"]["model"] == "patch-v1.3"
+    assert doc["details"]["patch_reader"]["model"] == "patch-v2"
     assert doc["details"]["reader"]["patch_reader"]["watches"] == ["crossed"]
     assert doc["details"]["reader"]["patch_reader"]["engine"] in ("cv2.dnn", "numpy")
