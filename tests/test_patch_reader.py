@@ -13,7 +13,8 @@ import pytest
 from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
-from vision.patch_reader import (CHUNK, DARK_EMPTY, DEFAULT_PATCH_MODEL, DISSENT_MARKS, LIFTABLE,
+from vision.patch_reader import (CHUNK, DARK_EMPTY, DEFAULT_PATCH_MODEL, DISSENT_EMPTY_KINDS,
+                                  DISSENT_MARKS, LIFTABLE,
                                  MARKS, PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS,
                                  ReaderModelError, lift_threshold, switchable,
                                  _conv3x3_relu, default_patch_reader, liftable,
@@ -157,7 +158,9 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                 assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
             elif b.review:
                 assert a.review and a.reason == b.reason
-            elif b.mark in DISSENT_MARKS:  # a confident crossing-out is watched
+            elif b.mark in DISSENT_MARKS or (b.mark == "empty" and b.kind in DISSENT_EMPTY_KINDS):
+                # a confident crossing-out is watched, and (session 48) a confident "empty"
+                # where a crossing-out could hide
                 assert a.features["patch_mark"] == a.mark or (
                     a.review and a.reason.startswith("the patch reader disagrees"))
             else:  # a confident reading is left as it was, unread by the patch reader
@@ -178,7 +181,9 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                                    if (free and liftable(b)
                                        and lift_threshold(reader, b) is not None)
                                    or switchable(b)
-                                   or (not b.review and b.mark in DISSENT_MARKS))
+                                   or (not b.review and b.mark in DISSENT_MARKS)
+                                   or (not b.review and b.mark == "empty"
+                                       and b.kind in DISSENT_EMPTY_KINDS))
         assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
                                         if b.review and not after.readings[rid].review)
         assert done["corrected"] == sum(1 for rid, b in before.readings.items()
@@ -682,3 +687,39 @@ def test_something_lying_on_the_sheet_still_holds_corrections_back():
     assert done["corrections_held_back_by"] is None and done["read"] == 4
     # (blank boxes read "blue": corrected to "empty", still flagged, or left as they were)
     assert all(a.review and (a.mark == "blue" or a.mark in SWITCH_MARKS) for a in free.values())
+
+
+def test_a_confident_empty_the_patch_reader_sees_crossed_out_is_flagged():
+    """(session 48) A cell crossed out with a thin grey X over its printed symbol, read "empty"
+    with confidence (as both readers read one on the fresh held-out 1670000), is flagged when
+    the patch reader names another mark first; a blank cell read "empty" is left as it was, and
+    a connection read "empty" is not read at all."""
+    import cv2
+
+    from vision.marks import RegionReading
+    from vision.patch_reader import confirm
+
+    t = get_template("crypts-1")
+    m = sheet_model(t, dpi=100.0)
+    cells = [r for r in t.regions if r.kind == "symbol"]
+    crossed, blank = cells[2], cells[6]
+    sheet = m.expected.copy()
+    poly = np.asarray(crossed.shape.polygon(), float) * (100.0 / 25.4)
+    (x0, y0), (x1, y1) = poly.min(0), poly.max(0)
+    for a, b in (((x0, y0), (x1, y1)), ((x0, y1), (x1, y0))):  # a graphite X, 2 px wide
+        cv2.line(sheet, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), (0.25, 0.25, 0.26), 2)
+    conns = [r for r in t.regions if r.kind == "connection"][:1]
+
+    def rd(region):
+        return RegionReading(region.id, region.kind, "empty", 0.995, False, (("empty", 0.995),),
+                             {}, "")
+    readings = {r.id: rd(r) for r in (crossed, blank, *conns)}
+    reader = default_patch_reader()
+    out, done = confirm(readings, sheet, t, m.expected, dpi=100.0, reader=reader,
+                        review_threshold=0.97)
+    a = out[crossed.id]
+    assert a.review and a.mark == "empty" and a.confidence < 0.97
+    assert a.reason.startswith("the patch reader disagrees (") and a.features["patch_mark"] != "empty"
+    assert not out[blank.id].review and out[blank.id].features["patch_mark"] == "empty"
+    assert all(out[c.id] == readings[c.id] for c in conns)  # (not watched)
+    assert done["read"] == 2 and done["dissents"] == 1

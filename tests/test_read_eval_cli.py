@@ -225,4 +225,5 @@ def test_eval_and_read_without_the_patch_reader_when_asked(folder, tmp_path, cap
     doc = json.loads(capsys.readouterr().out)
     assert doc["details"]["patch_reader"]["model"] == "patch-v2"
     assert doc["details"]["reader"]["patch_reader"]["watches"] == ["crossed"]
+    assert "symbol" in doc["details"]["reader"]["patch_reader"]["watches_empty_in"]
     assert doc["details"]["reader"]["patch_reader"]["engine"] in ("cv2.dnn", "numpy")

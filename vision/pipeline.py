@@ -28,7 +28,8 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
-from vision.patch_reader import (DARK_EMPTY, DISSENT_MARKS, LIFTABLE, MARKS, SWITCH_FROM,
+from vision.patch_reader import (DARK_EMPTY, DISSENT_EMPTY_KINDS, DISSENT_MARKS, LIFTABLE,
+                                 MARKS, SWITCH_FROM,
                                  confirm as confirm_by_patches,
                                  patch_geometry, region_patches, resolve_patch_reader)
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
@@ -416,6 +417,8 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                           if reader3.dark_empty_split else None),
                                       "photo_flagged_max": reader3.photo_flagged_max,
                                       "watches": list(DISSENT_MARKS),
+                                      # (session 48) and confident "empty" readings of these
+                                      "watches_empty_in": list(DISSENT_EMPTY_KINDS),
                                       # (session 46) flagged marks it corrects, still flagged
                                       "corrects": {"from": list(SWITCH_FROM),
                                                    "to": dict(reader3.switch_thresholds)},
