@@ -183,7 +183,15 @@ def test_a_slash_over_a_symbols_corner_is_flagged_not_read_empty(slashed_cell, m
     assert rd.mark == "empty" and rd.review
     assert rd.reason.startswith("a stroke runs through it")
     assert rd.features["through_share"] >= M.THROUGH_MIN_SHARE
-    # without the check: a confident error (session 42)
+    # without the check: the patch reader's watch of confident "empty" readings (session 48)
+    # flags it ...
+    import vision.patch_reader as P
+
     monkeypatch.setattr(M, "THROUGH_MIN_SHARE", 2.0)
+    rd = read_photo(photo).readings["cell.r2.c1"]
+    assert rd.mark == "empty" and rd.review
+    assert rd.reason.startswith("the patch reader disagrees (crossed")
+    # ... and without either, a confident error (session 42)
+    monkeypatch.setattr(P, "DISSENT_EMPTY_KINDS", ())
     rd = read_photo(photo).readings["cell.r2.c1"]
     assert rd.mark == "empty" and not rd.review
