@@ -566,6 +566,14 @@ def lift_threshold(reader: PatchReader, rd) -> float | None:
     return min(ts) if ts else None
 
 
+def watched(rd) -> bool:
+    """Whether a confident reading is one the patch reader reads to flag it when it names
+    another mark first: a :data:`DISSENT_MARKS` mark, or an "empty" of a region of a
+    :data:`DISSENT_EMPTY_KINDS` kind."""
+    return not rd.review and (rd.mark in DISSENT_MARKS
+                              or (rd.mark == "empty" and rd.kind in DISSENT_EMPTY_KINDS))
+
+
 def switchable(rd) -> bool:
     """Whether a flagged reading's reason is one under which the patch reader may correct its
     mark (:data:`SWITCH_FROM`)."""
@@ -606,11 +614,10 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
       patch reader's probability (under ``review_threshold``), feature
       ``patch_corrected_from`` the readers' mark.
     - Watching: every confident reading of a :data:`DISSENT_MARKS` mark, and (session 48)
-      every confident "empty" of a region of a :data:`DISSENT_EMPTY_KINDS` kind, is read
-      too: when the
-      patch reader names another mark first, the reading is flagged ("the patch reader
-      disagrees (blue 0.756)"), its mark kept, its confidence just under
-      ``review_threshold``.
+      every confident "empty" of a region of a :data:`DISSENT_EMPTY_KINDS` kind
+      (:func:`watched`), is read too: when the patch reader names another mark first, the
+      reading is flagged ("the patch reader disagrees (blue 0.756)"), its mark kept, its
+      confidence just under ``review_threshold``.
 
     Every reading it read gains the features ``patch_mark`` and ``patch_confidence``.
     Nothing else changes."""
@@ -628,8 +635,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     switch = {rid for rid, rd in readings.items() if switchable(rd)
               } if (reader.switch_thresholds and switch_held_back is None) else set()
     # confident readings the patch reader must not contradict
-    watch = [rid for rid, rd in readings.items() if not rd.review and (
-        rd.mark in DISSENT_MARKS or (rd.mark == "empty" and rd.kind in DISSENT_EMPTY_KINDS))]
+    watch = [rid for rid, rd in readings.items() if watched(rd)]
     summary = {"model": reader.id, "read": 0, "confirmed": 0, "confirmed_with_readers": 0,
                "dissents": 0, "corrected": 0,
                "photo_flagged": round(share, 4), "held_back_by": held_back,
@@ -647,10 +653,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     # the interpreter lock): each chunk is computed alike whichever thread takes it, so the
     # probabilities do not depend on the threads. Each chunk cuts its own windows too (session
     # 48: a third of the stage's time; every window's pixels are computed pixel by pixel and
-    # window by window, so the same values whichever chunk cuts them); the light's cached
-    # rows are built once first, not by both threads at once.
-    if not isinstance(source, np.ndarray):
-        source._upsampling  # noqa: B018 - (the cached_property, built here)
+    # window by window, so the same values whichever chunk cuts them).
     starts = list(range(0, len(which), CHUNK))
     parts = split_map(lambda lo, hi: [reader.probabilities(region_patches(source, geo,
                                                                           which[a:a + CHUNK]),
