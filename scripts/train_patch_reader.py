@@ -11,9 +11,11 @@ Datasets are ``scripts/patch_dataset.py``'s.
   painters (default, varied) are accepted.
 - ``--calib``: the thresholds are chosen on these rows (spent or dev seeds; never the held-out
   painter): per mark, on the regions the two readers flagged with a reason the patch reader
-  may lift (``vision.patch_reader.LIFTABLE``) on a photo with at most
+  may lift (``vision.patch_reader.LIFTABLE``; and since session 49 the "empty" readings flagged
+  by one of ``LIFTABLE_CHECKS``) on a photo with at most
   ``--photo-flagged-max`` of its regions flagged (whatever its other flags, though a photo
-  with any but a harmless one is held back when reading) and read as that mark, the lowest
+  with a flag outside ``LIFTABLE``, ``LIFTABLE_CHECKS`` and ``LIFT_BESIDE`` is held back when
+  reading) and read as that mark, the lowest
   threshold of
   ``GRID`` above which the patch reader, naming the same mark, confirms no wrong reading,
   one grid step above the highest wrong one; a mark with a wrong confirmation at the grid's
@@ -28,7 +30,8 @@ Datasets are ``scripts/patch_dataset.py``'s.
   the right corrections, with at least ``SWITCH_MIN_RIGHT`` right ones.
   Lower lifting thresholds for flagged readings both readers (the hand and the learned one)
   named as the same mark (session 47, ``agree_thresholds``) are chosen by the lifting rule on
-  the lifting rows where the readers agree, among ``AGREE_GRID``, for a mark with at least
+  the lifting rows where the readers agree (the readers' own doubt: not the checks' flags),
+  among ``AGREE_GRID``, for a mark with at least
   ``AGREE_MIN_CANDIDATES`` such rows (datasets made before session 46 hold no reader's own
   mark and add none).
 - ``--test``: information only (any painter, nothing chosen): what the thresholds lift and
@@ -57,7 +60,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.patch_reader import (DARK_EMPTY, LIFTABLE, MARGIN_MM, MARKS,  # noqa: E402
+from vision.patch_reader import (DARK_EMPTY, LIFT_BESIDE, LIFTABLE, LIFTABLE_CHECKS,  # noqa: E402
+                                 MARGIN_MM, MARKS,
                                  PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
 #: Thresholds the calibration may choose among.
@@ -168,11 +172,19 @@ def _flagged_for(d: dict, reasons: tuple) -> np.ndarray:
     return d["review"] & np.array([str(r).startswith(reasons) for r in d["reason"]], bool)
 
 
+def check_rows(d: dict) -> np.ndarray:
+    """Rows read "empty" and flagged by one of ``LIFTABLE_CHECKS`` (session 49: lifted at the
+    mark's own threshold, never at the lower one of both readers agreeing)."""
+    return _flagged_for(d, LIFTABLE_CHECKS) & (np.asarray(d["read"]) == MARKS.index("empty"))
+
+
 def candidate_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
-    """The rows the thresholds are chosen on: flagged for a :data:`LIFTABLE` reason on a photo
-    with at most ``photo_flagged_max`` of its regions flagged, whatever its other flags (more
-    rows than the patch reader reads: stricter thresholds)."""
-    return _flagged_for(d, LIFTABLE) & (photo_flagged_share(d) <= photo_flagged_max)
+    """The rows the thresholds are chosen on: flagged for a :data:`LIFTABLE` reason, or an
+    "empty" flagged by one of ``LIFTABLE_CHECKS`` (session 49), on a photo with at most
+    ``photo_flagged_max`` of its regions flagged, whatever its other flags (more rows than the
+    patch reader reads: stricter thresholds)."""
+    return ((_flagged_for(d, LIFTABLE) | check_rows(d))
+            & (photo_flagged_share(d) <= photo_flagged_max))
 
 
 def _held_back(d: dict, reasons: tuple) -> np.ndarray:
@@ -185,10 +197,12 @@ def _held_back(d: dict, reasons: tuple) -> np.ndarray:
 
 
 def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
-    """The rows ``vision.patch_reader.confirm`` would read to lift their flag: flagged for a
-    :data:`LIFTABLE` reason, on a photo with at most ``photo_flagged_max`` of its regions
-    flagged and no flag of another reason."""
-    return candidate_rows(d, photo_flagged_max) & ~_held_back(d, LIFTABLE)
+    """The rows ``vision.patch_reader.confirm`` would read to lift their flag: the candidate
+    rows on a photo with at most ``photo_flagged_max`` of its regions flagged and no flag of a
+    reason outside ``LIFTABLE``, ``LIFTABLE_CHECKS`` and ``LIFT_BESIDE`` (session 49; before,
+    outside ``LIFTABLE``)."""
+    return (candidate_rows(d, photo_flagged_max)
+            & ~_held_back(d, LIFTABLE + LIFTABLE_CHECKS + LIFT_BESIDE))
 
 
 def switch_rows(d: dict) -> np.ndarray:
@@ -286,7 +300,7 @@ def choose_agree_thresholds(P: np.ndarray, d: dict,
     """The same rule on the rows :func:`choose_thresholds` chooses on that both readers read
     as the mark too, among :data:`AGREE_GRID`, for a key with at least
     :data:`AGREE_MIN_CANDIDATES` such rows (three opinions agreeing)."""
-    rows = candidate_rows(d, photo_flagged_max) & readers_agree(d)
+    rows = candidate_rows(d, photo_flagged_max) & readers_agree(d) & ~check_rows(d)
     return _step_above(P, d, rows, AGREE_GRID, AGREE_MIN_CANDIDATES)
 
 
@@ -296,13 +310,16 @@ def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
     lift = liftable_rows(d, photo_flagged_max)
     keys = row_keys(d) if dark_empty_split else np.asarray(d["read"]).astype(int)
     t = np.array([th.get(KEYS[k], 2.0) for k in keys])
+    checks = check_rows(d)
     if agree:
-        t = np.where(readers_agree(d),
+        t = np.where(readers_agree(d) & ~checks,
                      np.minimum(t, [agree.get(KEYS[k], 2.0) for k in keys]), t)
     conf = lift & (pm == d["read"]) & (pc >= t)
     et = np.isin(d["preset"], ["easy", "typical"])
     out = {"flagged": int(d["review"].sum()), "liftable": int(lift.sum()),
            "confirmed": int(conf.sum()), "confirmed_wrong": int((conf & (d["y"] != d["read"])).sum()),
+           "confirmed_checks": int((conf & checks).sum()),
+           "confirmed_checks_wrong": int((conf & checks & (d["y"] != d["read"])).sum()),
            "accuracy": round(float((pm == d["y"]).mean()), 5),
            "readers_accuracy": round(float((d["read"] == d["y"]).mean()), 5)}
     left = d["review"] & ~conf

@@ -14,9 +14,10 @@ from calibration.template import get_template
 from sheetcheck.errors import SheetcheckError
 from tests._scripts import load_script
 from vision.patch_reader import (CHUNK, DARK_EMPTY, DEFAULT_PATCH_MODEL, DISSENT_EMPTY_KINDS,
-                                  DISSENT_MARKS, LIFTABLE,
+                                  DISSENT_MARKS, LIFT_BESIDE, LIFTABLE, LIFTABLE_CHECKS,
                                  MARKS, PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS,
-                                 ReaderModelError, lift_threshold, switchable,
+                                 ReaderModelError, lift_threshold, lifts_check, switchable,
+                                 threshold_key as pr_threshold_key,
                                  _conv3x3_relu, default_patch_reader, liftable,
                                  load_patch_reader, patch_geometry, region_patches)
 from vision.pipeline import read_photo, sheet_model
@@ -151,11 +152,18 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                 assert a.alternatives[0][0] == a.mark and b.mark in dict(a.alternatives)
             elif b.review and not a.review:
                 lifted_any += 1
-                assert liftable(b), (rid, b.reason)  # only the readers' own doubt
+                # only the readers' own doubt, or (session 49) a stroke through an "empty" or
+                # a blank swatch among coloured ones, at the mark's own threshold
+                assert liftable(b), (rid, b.reason)
                 assert a.features["patch_mark"] == a.mark
                 assert a.features["patch_confidence"] >= lift_threshold(reader, b) - 1e-6
                 assert a.confidence >= after.details["review_threshold"]
                 assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
+                if lifts_check(b):
+                    assert a.mark == "empty" and a.features["patch_lifted_check"] in LIFTABLE_CHECKS
+                    assert "patch_confirmed_with_readers" not in a.features
+                else:
+                    assert "patch_lifted_check" not in a.features
             elif b.review:
                 assert a.review and a.reason == b.reason
             elif b.mark in DISSENT_MARKS or (b.mark == "empty" and b.kind in DISSENT_EMPTY_KINDS):
@@ -169,9 +177,11 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
         assert done["model"] == reader.id
         share = sum(b.review for b in before.readings.values()) / len(before.readings)
         assert done["photo_flagged"] == round(share, 4)
-        # a flag it may not lift holds the whole photo back
+        # a flag it may not lift holds the whole photo back, but (session 49) those of the
+        # checks it lifts and of the checks about their own region alone
         others = [b.reason.split(" (")[0] for b in before.readings.values()
-                  if b.review and not liftable(b)]
+                  if b.review and not b.reason.startswith(LIFTABLE + LIFTABLE_CHECKS
+                                                          + LIFT_BESIDE)]
         assert done["held_back_by"] == (others[0] if others else None)
         free = share <= reader.photo_flagged_max and not others
         # a flag of the photo's own doubt or of a check holds back lifting, not correcting
@@ -190,12 +200,16 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                                         if after.readings[rid].mark != b.mark)
         info = after.to_json()["details"]["reader"]["patch_reader"]
         assert info["lifts"] == list(LIFTABLE) and info["corrects"]["from"] == list(SWITCH_FROM)
+        assert info["lifts_checks"] == list(LIFTABLE_CHECKS)
+        assert info["lifts_beside"] == list(LIFT_BESIDE)
+        assert done["confirmed_checks"] == sum(
+            1 for a in after.readings.values() if "patch_lifted_check" in a.features)
         assert info["corrects"]["to"] == dict(reader.switch_thresholds)
         assert "patches" in after.timings_ms
     assert lifted_any > 0
 
 
-def test_flags_of_the_photo_and_of_the_checks_are_never_lifted():
+def test_flags_of_the_photo_and_of_the_other_checks_are_never_lifted():
     before, after = _read_both("reefs-3-hard-s13.jpg")
     kept = [rid for rid, b in before.readings.items() if b.review and not liftable(b)]
     assert kept  # (a hard photo: its own doubt flags regions)
@@ -488,12 +502,13 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
     real = pipeline.confirm_by_patches
     seen = {}
 
-    stroke = boxes[12].id  # a check's flag elsewhere on the sheet
+    stain = boxes[12].id  # a check's flag elsewhere on the sheet
 
     def readers_wrong(readings, *a, **k):
         out = dict(readings)
-        out[stroke] = replace(readings[stroke], confidence=0.6, review=True,
-                              reason="a stroke runs through it (made by the test)")
+        out[stain] = replace(readings[stain], confidence=0.6, review=True,
+                             reason="a stain or stray colour on the paper runs up to the region "
+                                    "(made by the test): its colour may be the stain's")
         for rid in crossed:
             out[rid] = replace(readings[rid], mark="blue", confidence=0.6, review=True,
                                reason="low confidence (made wrong by the test)")
@@ -519,9 +534,11 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
             rid].features
     assert got.details["patch_reader"]["corrected"] == len(crossed)
     # (session 48) the check's flag holds back lifting, not correcting, and is kept
-    assert got.details["patch_reader"]["held_back_by"] == "a stroke runs through it"
+    assert got.details["patch_reader"]["held_back_by"] == (
+        "a stain or stray colour on the paper runs up to the region")
     assert got.details["patch_reader"]["corrections_held_back_by"] is None
-    assert got.readings[stroke].review and got.readings[stroke].reason == seen[stroke].reason
+    assert got.readings[stain].review and got.readings[stain].reason == seen[stain].reason
+    assert got.details["patch_reader"]["confirmed"] == 0
     # the scoring side sees the corrected marks
     assert sum(1 for rid in crossed if got.to_json()["regions"][rid]["mark"] == "crossed") == 4
 
@@ -663,6 +680,55 @@ def test_a_lower_threshold_for_agreeing_readers_sits_a_step_above_their_surest_w
     assert "blue" not in th and report["blue"]["candidates"] == 5  # too few rows
 
 
+def test_the_checks_flags_it_lifts_are_candidates_at_the_marks_own_threshold_alone():
+    """(session 49) The training side of LIFTABLE_CHECKS and LIFT_BESIDE: an "empty" flagged by
+    a stroke through it or as a swatch left blank is a lifting candidate (its wrong ones raise
+    the mark's threshold), never one of the rows the lower threshold of agreeing readers is
+    chosen on, and is lifted at the mark's own threshold only; a flag of those checks, or of
+    ink beside the print, does not hold its photo's lifting back; a stain still does."""
+    tr = load_script("train_patch_reader")
+    n_ok = tr.AGREE_MIN_CANDIDATES
+    stroke = "a stroke runs through it (40% ...): it may be crossed out"
+    rows = []
+    # photo 0: n_ok + 1 "empty" readings flagged for low confidence, all three opinions agreeing
+    # at 0.99, right; and a stroke-flagged "empty" that is truly crossed out, which the patch
+    # reader reads "empty" at 0.996 (the readers read it "empty" too)
+    rows += [dict(photo=0, read=0, y=0, p=0.99, review=True, reason="low confidence")] * (n_ok + 1)
+    rows.append(dict(photo=0, read=0, y=6, p=0.996, review=True, reason=stroke))
+    # photo 1: a blank swatch flagged, read "empty" at 0.9999, and a flag of ink beside the print
+    rows.append(dict(photo=1, read=0, y=0, p=0.9999, review=True,
+                     reason="swatch left empty among coloured ones (4 others coloured): ..."))
+    rows.append(dict(photo=1, read=1, y=1, p=0.5, review=True, reason="ink beside the print"))
+    # photo 2: a right "empty" of low confidence beside a stain's flag
+    rows.append(dict(photo=2, read=0, y=0, p=0.9999, review=True, reason="low confidence"))
+    rows.append(dict(photo=2, read=1, y=1, p=0.5, review=True,
+                     reason="a stain or stray colour on the paper runs up to the region (...)"))
+    for photo in (0, 1, 2):  # confident regions: each photo under 30 % flagged
+        rows += [dict(photo=photo, read=1, y=1, p=0.999, review=False, reason="")] * 120
+    d = {k: np.array([r[k] for r in rows]) for k in ("photo", "read", "y", "review", "reason")}
+    d["hand"] = d["learned"] = d["read"].copy()
+    d["preset"] = np.array(["easy"] * len(rows))
+    d["blank"] = np.zeros((len(rows), 4))  # (no dark texels: every "empty" keyed "empty")
+    P = np.zeros((len(rows), 8))
+    P[np.arange(len(rows)), d["read"]] = [r["p"] for r in rows]
+    P[:, 7] = 1 - P.max(1)
+    th, report = tr.choose_thresholds(P, d, photo_flagged_max=0.3)
+    # the stroke's wrong "empty" at 0.996 is a candidate: one step above it is 0.999
+    assert report["empty"]["wrong"] == 1 and th["empty"] == 0.999
+    agree, agree_report = tr.choose_agree_thresholds(P, d, photo_flagged_max=0.3)
+    # ... but not among the agreeing readers' rows: none wrong there, the grid's lowest
+    assert agree_report["empty"]["wrong"] == 0 and agree["empty"] == tr.AGREE_GRID[0]
+    lift = tr.liftable_rows(d, 0.3)
+    i_stroke, i_swatch, i_stained = n_ok + 1, n_ok + 2, n_ok + 4
+    assert lift[i_stroke] and lift[i_swatch]  # (photo 1's ink beside the print holds nothing)
+    assert not lift[i_stained]  # (the stain holds photo 2 back)
+    out = tr.lifts(P, d, th, 0.3, agree, True)
+    # the low-confidence rows at 0.99 lift at the agreeing threshold (0.9); the stroke at 0.996
+    # would too, but is held to "empty"'s own 0.999: the swatch alone of the checks' flags
+    assert out["confirmed_checks"] == 1 and out["confirmed_checks_wrong"] == 0
+    assert out["confirmed"] == n_ok + 2 and out["confirmed_wrong"] == 0
+
+
 def test_something_lying_on_the_sheet_still_holds_corrections_back():
     """(session 48) Only an object lying on the sheet keeps the patch reader from correcting
     flagged marks (a check's flag elsewhere no longer does): with one, the flagged readings are
@@ -687,6 +753,62 @@ def test_something_lying_on_the_sheet_still_holds_corrections_back():
     assert done["corrections_held_back_by"] is None and done["read"] == 4
     # (blank boxes read "blue": corrected to "empty", still flagged, or left as they were)
     assert all(a.review and (a.mark == "blue" or a.mark in SWITCH_MARKS) for a in free.values())
+
+
+def test_a_check_flag_on_an_empty_is_lifted_where_the_patch_reader_is_sure_it_is_empty(
+        tmp_path, monkeypatch):
+    """(session 49) A stroke through an "empty" box and a swatch left blank among coloured ones
+    are check flags the patch reader may lift, at the mark's own threshold: on a simulated
+    photo a blank box and a blank swatch so flagged are lifted, and a crossed-out box and a
+    green swatch made "empty" and flagged the same way keep their flags (it reads them crossed
+    and green). Neither flag holds the photo's other lifts back."""
+    import vision.pipeline as pipeline
+    from dataclasses import replace
+
+    from sheetcheck.simulator import random_marks, simulate_photo
+
+    t = get_template("crypts-1")
+    marks = random_marks(t, np.random.default_rng(4901))  # (a sheet half filled in)
+    boxes = [r.id for r in t.regions if r.kind == "box"]
+    crossed = boxes[2]
+    blank = next(rid for rid in boxes[4:] if marks[rid] == "empty")
+    marks.update({crossed: "crossed", "swatch.purple": "empty",
+                  **{f"swatch.{c}": c for c in ("orange", "red", "blue", "green")}})
+    path = tmp_path / "crypts-1-easy-checks.jpg"
+    path.write_bytes(simulate_photo(t, marks, seed=4901, preset="easy").jpeg)
+    stroke = ("a stroke runs through it (40% of the paper on its fainter side inked): it may be "
+              "crossed out")
+    swatch = ("swatch left empty among coloured ones (4 others coloured): its pencil may not "
+              "show on this photo")
+    real = pipeline.confirm_by_patches
+    seen = {}
+
+    def checks_flag(readings, *a, **k):
+        out = dict(readings)
+        for rid, why in ((blank, stroke), (crossed, stroke), ("swatch.purple", swatch),
+                         ("swatch.green", swatch)):
+            out[rid] = replace(readings[rid], mark="empty", confidence=0.96, review=True,
+                               reason=why)
+        seen.update(out)
+        return real(out, *a, **k)
+    monkeypatch.setattr(pipeline, "confirm_by_patches", checks_flag)
+    got = read_photo(str(path))
+    reader = default_patch_reader()
+    done = got.details["patch_reader"]
+    assert done["held_back_by"] is None
+    for rid, check in ((blank, "a stroke runs through it"),
+                       ("swatch.purple", "swatch left empty among coloured ones")):
+        a = got.readings[rid]
+        assert lifts_check(seen[rid]) and not a.review and a.mark == "empty", (rid, a)
+        assert a.features["patch_lifted_check"] == check and a.features["patch_confirmed"] == 1.0
+        # the mark's own threshold, never the lower one of both readers agreeing
+        assert a.features["patch_confidence"] >= reader.thresholds[
+            pr_threshold_key(reader, seen[rid])]
+    for rid, mark in ((crossed, "crossed"), ("swatch.green", "green")):
+        a = got.readings[rid]
+        assert a.review and a.mark == "empty" and a.reason == seen[rid].reason, (rid, a)
+        assert a.features["patch_mark"] == mark
+    assert done["confirmed_checks"] == 2
 
 
 def test_a_confident_empty_the_patch_reader_sees_crossed_out_is_flagged():

@@ -28,8 +28,8 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
-from vision.patch_reader import (DARK_EMPTY, DISSENT_EMPTY_KINDS, DISSENT_MARKS, LIFTABLE,
-                                 MARKS, SWITCH_FROM,
+from vision.patch_reader import (DARK_EMPTY, DISSENT_EMPTY_KINDS, DISSENT_MARKS, LIFT_BESIDE,
+                                 LIFTABLE, LIFTABLE_CHECKS, MARKS, SWITCH_FROM,
                                  confirm as confirm_by_patches,
                                  patch_geometry, region_patches, resolve_patch_reader)
 from vision.marks import (BLANK_DOUBT_MAX, BLANK_FAINT_MAX, BLANK_HAND_MIN, BLANK_HAND_MIN_WRITTEN,
@@ -402,6 +402,10 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                      "by_kind": [dict(v) for v in _SURE_RULE["by_kind"]]},
                     # (session 45) the third opinion and when it lifts a flag
                     "patch_reader": ({"model": reader3.id, "lifts": list(LIFTABLE),
+                                      # (session 49) the checks' flags on an "empty" it lifts
+                                      # at ``thresholds``, and the flags beside which it lifts
+                                      "lifts_checks": list(LIFTABLE_CHECKS),
+                                      "lifts_beside": list(LIFT_BESIDE),
                                       "thresholds": {m: t for m, t in
                                                      reader3.thresholds.items()
                                                      if m in MARKS},
