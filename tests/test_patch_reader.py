@@ -269,6 +269,53 @@ def test_an_empty_with_dark_texels_has_thresholds_of_its_own():
     assert threshold_key(old, rd("empty", dark=0.0172)) == "empty"
 
 
+def test_a_colour_the_patch_reader_doubts_as_crossed_is_lifted_at_its_own_threshold_alone():
+    """(session 49) AGREE_CROSSED_MAX: a colour both readers named is lifted at the lower
+    threshold of agreeing readers only while the patch reader gives "crossed" at most 0.01."""
+    from dataclasses import replace
+
+    from vision.marks import RegionReading
+    from vision.patch_reader import AGREE_CROSSED_MAX
+
+    r = replace(default_patch_reader(), thresholds={"orange": 0.995, "empty": 0.995},
+                agree_thresholds={"orange": 0.98, "empty": 0.98}, dark_empty_split=False)
+
+    def rd(mark):
+        return RegionReading("treasurebox.green.3", "treasure", mark, 0.9, True, ((mark, 0.9),),
+                             {"hand_mark": mark, "learned_mark": mark}, "low confidence")
+
+    def p(**v):
+        out = np.zeros(len(MARKS))
+        for m, x in v.items():
+            out[MARKS.index(m)] = x
+        return out
+    # the fresh 7200000's crossing-out read "orange": orange 0.9822, crossed 0.0175
+    assert AGREE_CROSSED_MAX == 0.01
+    assert lift_threshold(r, rd("orange"), p(orange=0.9822, crossed=0.0175)) == 0.995
+    assert lift_threshold(r, rd("orange"), p(orange=0.9822, red=0.0175)) == 0.98
+    assert lift_threshold(r, rd("orange"), p(orange=0.985, crossed=0.009)) == 0.98
+    assert lift_threshold(r, rd("orange")) == 0.98  # (before it is read: the lowest it may be)
+    # an "empty" is not a colour: its second choice is judged by its thresholds alone
+    assert lift_threshold(r, rd("empty"), p(empty=0.985, crossed=0.015)) == 0.98
+
+
+def test_the_crossing_out_read_orange_on_the_fresh_7200000_stays_flagged(tmp_path):
+    """(session 49) End to end, the photo of main's confident error on the fresh crossed-out
+    corpus 7200000 made again from its seed (make_corpus.py --seed 7200000 --cross-rate 0.3,
+    photo 9): a green treasure box crossed out with an orange pencil, which both readers read
+    "orange" and the patch reader lifted at orange 0.982 (crossed 0.0175), stays flagged."""
+    mc = load_script("make_corpus")
+    stem, _, _ = mc.make_one(("reefs-1", "typical", True, 7200009, str(tmp_path), "default",
+                              {}, 0.3))
+    truth = json.loads((tmp_path / f"{stem}.truth.json").read_text())
+    assert truth["marks"]["treasurebox.green.3"] == "crossed"
+    got = read_photo(str(tmp_path / f"{stem}.jpg"))
+    a = got.readings["treasurebox.green.3"]
+    assert a.review, a  # (it may be read "orange" still, but a person is asked to look)
+    if a.mark != "crossed":
+        assert a.features["patch_mark"] == a.mark and "patch_confirmed" not in a.features
+
+
 def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):
     with pytest.raises(ReaderModelError) as e:
         load_patch_reader(tmp_path / "none.npz")

@@ -134,6 +134,20 @@ SWITCH_MARKS = ("empty", "crossed", "written")
 #: of seven spent and dev corpora, and it had dark texels (0.017 of the region); three in four
 #: flagged "empty" readings have none (on ten corpora: 5 of the 7 wrong ones among ~6,400).
 DARK_EMPTY = "empty:dark"
+#: (session 49) A colour both readers named is lifted at the lower ``agree_thresholds`` only
+#: while the patch reader's probability of "crossed" is at most this; above it, at the mark's
+#: own threshold alone. Why: on the fresh crossed-out corpus 7200000 a green treasure box
+#: crossed out with an orange pencil was read "orange" by both readers (hand 0.986, learned
+#: 0.841), flagged, and lifted by the patch reader at orange 0.982 over patch-v2's 0.98 for
+#: agreeing readers -- a confident error, main's too; its second choice was "crossed",
+#: 0.0175. On the ten calibration datasets, of the five wrong agreeing candidates it named
+#: at >= 0.9, four were crossings-out it read as a colour or "empty" with "crossed" second at
+#: 0.019-0.047; of its ~2,300 right colour lifts at >= 0.98 with the readers agreeing, 22 had
+#: "crossed" above 0.01. Simulated on the datasets (patch-v2): 62 fewer lifts of ~12,100, none
+#: of them wrong; easy and typical sheets clear 458 -> 449 of 1,716.
+AGREE_CROSSED_MAX = 0.01
+#: The pencil colours (the marks :data:`AGREE_CROSSED_MAX` applies to).
+COLOURS = ("orange", "red", "blue", "green", "purple")
 #: The patch side in pixels and the paper around a region's bounding box in a patch: the
 #: windows a dataset is built with when no model says otherwise (``PatchReader.size``,
 #: ``PatchReader.margin_mm`` of a model fitted on them).
@@ -584,14 +598,23 @@ def threshold_key(reader: PatchReader, rd) -> str:
     return rd.mark
 
 
-def lift_threshold(reader: PatchReader, rd) -> float | None:
+def crossed_in_doubt(rd, p) -> bool:
+    """Whether a colour reading's patch-reader probabilities ``p`` (in :data:`MARKS` order;
+    None: not read yet) give "crossed" more than :data:`AGREE_CROSSED_MAX`."""
+    return (p is not None and rd.mark in COLOURS
+            and float(p[MARKS.index("crossed")]) > AGREE_CROSSED_MAX)
+
+
+def lift_threshold(reader: PatchReader, rd, p=None) -> float | None:
     """The patch reader's probability of a flagged reading's own mark at or above which its
     flag is lifted: the lower of its ``thresholds`` (:func:`threshold_key`) and, when both
-    readers named the mark (:func:`readers_agree`) and the flag is theirs (not one of
-    :data:`LIFTABLE_CHECKS`), its ``agree_thresholds``; None when it may not be."""
+    readers named the mark (:func:`readers_agree`), the flag is theirs (not one of
+    :data:`LIFTABLE_CHECKS`) and, for a colour, the patch reader's probabilities ``p`` (when
+    given) hold "crossed" at most :data:`AGREE_CROSSED_MAX`, its ``agree_thresholds``; None
+    when it may not be."""
     key = threshold_key(reader, rd)
     ts = [reader.thresholds.get(key)]
-    if readers_agree(rd) and not lifts_check(rd):
+    if readers_agree(rd) and not lifts_check(rd) and not crossed_in_doubt(rd, p):
         ts.append(reader.agree_thresholds.get(key))
     ts = [t for t in ts if t is not None]
     return min(ts) if ts else None
@@ -633,7 +656,8 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
       :data:`LIFTABLE_CHECKS` (:func:`liftable`), is read by the
       patch reader; when it names the reading's own mark with at least its threshold for that
       mark (:func:`lift_threshold`: ``agree_thresholds``, lower, when both readers named that
-      mark too and the flag is their doubt, session 47), the reading is no longer flagged and
+      mark too and the flag is their doubt, session 47, and for a colour (session 49) when it
+      gives "crossed" at most :data:`AGREE_CROSSED_MAX`), the reading is no longer flagged and
       its confidence is the
       patch reader's probability, raised to ``review_threshold`` when under it; it gains the
       feature ``patch_confirmed`` (1), ``patch_confirmed_with_readers`` (1) when the lower
@@ -711,7 +735,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
                 summary["dissents"] += 1
             else:
                 out[rid] = replace(rd, features=feats)
-        elif rid in lift and pm == rd.mark and pc >= lift_threshold(reader, rd):
+        elif rid in lift and pm == rd.mark and pc >= lift_threshold(reader, rd, p):
             feats["patch_confirmed"] = 1.0
             if lifts_check(rd):  # (session 49) which check's flag it lifted
                 feats["patch_lifted_check"] = rd.reason.split(" (")[0].split(":")[0]
