@@ -31,8 +31,9 @@ Datasets are ``scripts/patch_dataset.py``'s.
   Lower lifting thresholds for flagged readings both readers (the hand and the learned one)
   named as the same mark (session 47, ``agree_thresholds``) are chosen by the lifting rule on
   the lifting rows where the readers agree (the readers' own doubt: not the checks' flags;
-  and since session 49 not a colour the patch reader gives "crossed" more than
-  ``AGREE_CROSSED_MAX``, which is lifted at the mark's own threshold alone),
+  and since session 49 not a reading under ``AGREE_CONFIDENCE_MIN`` nor a colour the patch
+  reader gives "crossed" more than ``AGREE_CROSSED_MAX``, which are lifted at the mark's own
+  threshold alone),
   among ``AGREE_GRID``, for a mark with at least
   ``AGREE_MIN_CANDIDATES`` such rows (datasets made before session 46 hold no reader's own
   mark and add none).
@@ -62,7 +63,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vision.patch_reader import (AGREE_CROSSED_MAX, COLOURS, DARK_EMPTY,  # noqa: E402
+from vision.patch_reader import (AGREE_CONFIDENCE_MIN, AGREE_CROSSED_MAX,  # noqa: E402
+                                 COLOURS, DARK_EMPTY,
                                  LIFT_BESIDE, LIFTABLE, LIFTABLE_CHECKS, MARGIN_MM, MARKS,
                                  PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
@@ -302,9 +304,17 @@ def choose_agree_thresholds(P: np.ndarray, d: dict,
     """The same rule on the rows :func:`choose_thresholds` chooses on that both readers read
     as the mark too, among :data:`AGREE_GRID`, for a key with at least
     :data:`AGREE_MIN_CANDIDATES` such rows (three opinions agreeing)."""
-    rows = (candidate_rows(d, photo_flagged_max) & readers_agree(d) & ~check_rows(d)
-            & ~crossed_in_doubt(P, d))
+    rows = candidate_rows(d, photo_flagged_max) & agree_rows(P, d)
     return _step_above(P, d, rows, AGREE_GRID, AGREE_MIN_CANDIDATES)
+
+
+def agree_rows(P: np.ndarray, d: dict) -> np.ndarray:
+    """Rows the lower threshold of agreeing readers applies to, as
+    ``vision.patch_reader.lift_threshold``: both readers named the mark, the flag is theirs
+    (not a check's), the reading holds its mark at ``AGREE_CONFIDENCE_MIN`` at least (session
+    49) and, for a colour, the patch reader gives "crossed" at most ``AGREE_CROSSED_MAX``."""
+    return (readers_agree(d) & ~check_rows(d) & ~crossed_in_doubt(P, d)
+            & (np.asarray(d["conf"], float) >= AGREE_CONFIDENCE_MIN))
 
 
 def crossed_in_doubt(P: np.ndarray, d: dict) -> np.ndarray:
@@ -323,7 +333,7 @@ def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
     t = np.array([th.get(KEYS[k], 2.0) for k in keys])
     checks = check_rows(d)
     if agree:
-        t = np.where(readers_agree(d) & ~checks & ~crossed_in_doubt(P, d),
+        t = np.where(agree_rows(P, d),
                      np.minimum(t, [agree.get(KEYS[k], 2.0) for k in keys]), t)
     conf = lift & (pm == d["read"]) & (pc >= t)
     et = np.isin(d["preset"], ["easy", "typical"])

@@ -146,6 +146,15 @@ DARK_EMPTY = "empty:dark"
 #: "crossed" above 0.01. Simulated on the datasets (patch-v2): 62 fewer lifts of ~12,100, none
 #: of them wrong; easy and typical sheets clear 458 -> 449 of 1,716.
 AGREE_CROSSED_MAX = 0.01
+#: (session 49) ... and only while the readers' reading holds its mark at this probability at
+#: least (its ``confidence``): a reading the committee gives barely half is no agreement. Why:
+#: on the fresh 7300000 a Crypts cell coloured purple with a sparse zigzag of two strokes was
+#: read "crossed" by both readers at 0.49 and 0.53 (purple 0.43 second), flagged, and lifted
+#: by the patch reader at crossed 0.9929 over patch-v2's 0.97 for agreeing readers -- a
+#: confident error, main's too. On the ten calibration datasets one of the five wrong agreeing
+#: candidates it named at >= 0.9 had a reading under 0.6 (an "empty" at 0.597 truly crossed
+#: out); 27 of ~12,100 lifts go (none wrong), easy and typical sheets clear 449 -> 449.
+AGREE_CONFIDENCE_MIN = 0.6
 #: The pencil colours (the marks :data:`AGREE_CROSSED_MAX` applies to).
 COLOURS = ("orange", "red", "blue", "green", "purple")
 #: The patch side in pixels and the paper around a region's bounding box in a patch: the
@@ -609,12 +618,14 @@ def lift_threshold(reader: PatchReader, rd, p=None) -> float | None:
     """The patch reader's probability of a flagged reading's own mark at or above which its
     flag is lifted: the lower of its ``thresholds`` (:func:`threshold_key`) and, when both
     readers named the mark (:func:`readers_agree`), the flag is theirs (not one of
-    :data:`LIFTABLE_CHECKS`) and, for a colour, the patch reader's probabilities ``p`` (when
-    given) hold "crossed" at most :data:`AGREE_CROSSED_MAX`, its ``agree_thresholds``; None
-    when it may not be."""
+    :data:`LIFTABLE_CHECKS`), the reading's confidence is at least
+    :data:`AGREE_CONFIDENCE_MIN` and, for a colour, the patch reader's probabilities ``p``
+    (when given) hold "crossed" at most :data:`AGREE_CROSSED_MAX`, its ``agree_thresholds``;
+    None when it may not be."""
     key = threshold_key(reader, rd)
     ts = [reader.thresholds.get(key)]
-    if readers_agree(rd) and not lifts_check(rd) and not crossed_in_doubt(rd, p):
+    if (readers_agree(rd) and not lifts_check(rd) and not crossed_in_doubt(rd, p)
+            and rd.confidence >= AGREE_CONFIDENCE_MIN):
         ts.append(reader.agree_thresholds.get(key))
     ts = [t for t in ts if t is not None]
     return min(ts) if ts else None
@@ -656,8 +667,9 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
       :data:`LIFTABLE_CHECKS` (:func:`liftable`), is read by the
       patch reader; when it names the reading's own mark with at least its threshold for that
       mark (:func:`lift_threshold`: ``agree_thresholds``, lower, when both readers named that
-      mark too and the flag is their doubt, session 47, and for a colour (session 49) when it
-      gives "crossed" at most :data:`AGREE_CROSSED_MAX`), the reading is no longer flagged and
+      mark too and the flag is their doubt, session 47, and (session 49) the reading holds its
+      mark at :data:`AGREE_CONFIDENCE_MIN` at least and, for a colour, the patch reader gives
+      "crossed" at most :data:`AGREE_CROSSED_MAX`), the reading is no longer flagged and
       its confidence is the
       patch reader's probability, raised to ``review_threshold`` when under it; it gains the
       feature ``patch_confirmed`` (1), ``patch_confirmed_with_readers`` (1) when the lower
