@@ -202,6 +202,7 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
         assert info["lifts"] == list(LIFTABLE) and info["corrects"]["from"] == list(SWITCH_FROM)
         assert info["lifts_checks"] == list(LIFTABLE_CHECKS)
         assert info["lifts_beside"] == list(LIFT_BESIDE)
+        assert info["with_readers_if"] == {"confidence_min": 0.6, "colour_crossed_max": 0.01}
         assert done["confirmed_checks"] == sum(
             1 for a in after.readings.values() if "patch_lifted_check" in a.features)
         assert info["corrects"]["to"] == dict(reader.switch_thresholds)

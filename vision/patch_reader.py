@@ -11,9 +11,9 @@ measurement corpora of the default painter and a dev corpus of the varied one, c
 
 It is a third opinion (:func:`confirm`). A reading a person was asked to look at for "low
 confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one of the
-checks for stains, strokes through, print not seen, ...) is confirmed when the patch reader
-names the same mark at least as sure as its threshold for that mark, on a photo that is
-otherwise clear; a confident "crossed" it reads as another mark is flagged; and (session
+checks for stains, print not seen, ...; since session 49 also an "empty" flagged for a stroke
+running through it or as a swatch left blank) is confirmed when the patch reader names the
+same mark at least as sure as its threshold for that mark, on a photo that is otherwise clear; a confident "crossed" it reads as another mark is flagged; and (session
 46) a flagged reading it is sure is crossed out, blank or written on is corrected to that
 mark and stays flagged. It never changes the mark of a reading nobody is asked to look at.
 Why: the two readers and a network are wrong on different regions (session 45: of 2,755
@@ -58,13 +58,14 @@ MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "writte
 #: (session 46) "mostly print", the check that doubts an "empty" on a region that is nearly
 #: all print (a mark there may not show to the readers, who read the pixels clear of the
 #: print; the patch reader sees the whole window, print included). Every other reason (the
-#: photo's doubt, the checks for stains, strokes, print not seen, ...) is kept whatever the
-#: patch reader says. Why "mostly print": on eleven spent and dev corpora (231 such flags,
+#: photo's doubt, the checks for stains, print not seen, ...; but :data:`LIFTABLE_CHECKS`
+#: since session 49) is kept whatever the patch reader says. Why "mostly print": on eleven spent and dev corpora (231 such flags,
 #: 7 of them on a region truly marked) it named "empty" at >= 0.99 on 220 regions, all truly
 #: empty, and never named "empty" on the 7 marked ones.
-#: A flag it may not lift (a stain, something lying on the sheet, a stroke astray, a pencil
-#: the calibration lost, the photo's own doubt) leaves every flag of the photo as the two
-#: readers set it (:func:`confirm`). Why (session 45): the patch reader was trained on clean
+#: A flag it may not lift (a stain, something lying on the sheet, a pencil the calibration
+#: lost, the photo's own doubt; before session 49 also a stroke astray, a swatch left blank
+#: and the other :data:`LIFT_BESIDE` flags) leaves every flag of the photo as the two readers
+#: set it (:func:`confirm`). Why (session 45): the patch reader was trained on clean
 #: sheets; on a coffee-stained and a pencil-covered photo of the stain tests it confirmed
 #: wrong readings near the stain the checks had found. (And a photo with such a flag cannot
 #: end with nothing flagged anyway.) Session 45 let "mostly print" stand beside these

@@ -28,7 +28,8 @@ from vision.learned import resolve_reader
 from vision.light import (NormalisedLight, normalise_light, print_pixels, tone_correction_for,
                           with_tone)
 from vision.objects import object_mask
-from vision.patch_reader import (DARK_EMPTY, DISSENT_EMPTY_KINDS, DISSENT_MARKS, LIFT_BESIDE,
+from vision.patch_reader import (AGREE_CONFIDENCE_MIN, AGREE_CROSSED_MAX, DARK_EMPTY,
+                                 DISSENT_EMPTY_KINDS, DISSENT_MARKS, LIFT_BESIDE,
                                  LIFTABLE, LIFTABLE_CHECKS, MARKS, SWITCH_FROM,
                                  confirm as confirm_by_patches,
                                  patch_geometry, region_patches, resolve_patch_reader)
@@ -413,6 +414,10 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                       "thresholds_with_readers": {
                                           m: t for m, t in reader3.agree_thresholds.items()
                                           if m in MARKS},
+                                      # (session 49) when those lower thresholds apply
+                                      "with_readers_if": {
+                                          "confidence_min": AGREE_CONFIDENCE_MIN,
+                                          "colour_crossed_max": AGREE_CROSSED_MAX},
                                       # (session 47) an "empty" with dark texels
                                       "dark_empty": ({
                                           "threshold": reader3.thresholds.get(DARK_EMPTY),
