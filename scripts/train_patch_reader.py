@@ -63,9 +63,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from calibration.template import PENCIL_COLOURS  # noqa: E402
 from vision.patch_reader import (AGREE_CONFIDENCE_MIN, AGREE_CROSSED_MAX,  # noqa: E402
-                                 COLOURS, DARK_EMPTY,
-                                 LIFT_BESIDE, LIFTABLE, LIFTABLE_CHECKS, MARGIN_MM, MARKS,
+                                 DARK_EMPTY, LIFTABLE, LIFTABLE_CHECKS, MARGIN_MM, MARKS,
+                                 NOT_HOLDING_BACK,
                                  PATCH_MODEL_FORMAT, SWITCH_FROM, SWITCH_MARKS)
 
 #: Thresholds the calibration may choose among.
@@ -205,8 +206,7 @@ def liftable_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
     rows on a photo with at most ``photo_flagged_max`` of its regions flagged and no flag of a
     reason outside ``LIFTABLE``, ``LIFTABLE_CHECKS`` and ``LIFT_BESIDE`` (session 49; before,
     outside ``LIFTABLE``)."""
-    return (candidate_rows(d, photo_flagged_max)
-            & ~_held_back(d, LIFTABLE + LIFTABLE_CHECKS + LIFT_BESIDE))
+    return candidate_rows(d, photo_flagged_max) & ~_held_back(d, NOT_HOLDING_BACK)
 
 
 def switch_rows(d: dict) -> np.ndarray:
@@ -321,7 +321,7 @@ def crossed_in_doubt(P: np.ndarray, d: dict) -> np.ndarray:
     """Rows read as a colour where the patch reader gives "crossed" more than
     ``AGREE_CROSSED_MAX`` (session 49: lifted at the mark's own threshold alone, as
     ``vision.patch_reader.crossed_in_doubt``)."""
-    colour = np.isin(np.asarray(d["read"]), [MARKS.index(m) for m in COLOURS])
+    colour = np.isin(np.asarray(d["read"]), [MARKS.index(m) for m in PENCIL_COLOURS])
     return colour & (P[:, MARKS.index("crossed")] > AGREE_CROSSED_MAX)
 
 

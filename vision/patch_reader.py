@@ -13,8 +13,9 @@ It is a third opinion (:func:`confirm`). A reading a person was asked to look at
 confidence" or "readers disagree" (the readers' own doubt, not the photo's, nor one of the
 checks for stains, print not seen, ...; since session 49 also an "empty" flagged for a stroke
 running through it or as a swatch left blank) is confirmed when the patch reader names the
-same mark at least as sure as its threshold for that mark, on a photo that is otherwise clear; a confident "crossed" it reads as another mark is flagged; and (session
-46) a flagged reading it is sure is crossed out, blank or written on is corrected to that
+same mark at least as sure as its threshold for that mark, on a photo that is otherwise
+clear; a confident "crossed" it reads as another mark is flagged; and (session 46) a flagged
+reading it is sure is crossed out, blank or written on is corrected to that
 mark and stays flagged. It never changes the mark of a reading nobody is asked to look at.
 Why: the two readers and a network are wrong on different regions (session 45: of 2,755
 regions flagged on easy and typical photos of a spent held-out corpus, a first version of the
@@ -45,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import cv2
 import numpy as np
 
+from calibration.template import PENCIL_COLOURS
 from vision._geom_threads import split_map
 from vision.learned import MODEL_DIR, ReaderModelError
 
@@ -59,9 +61,10 @@ MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "writte
 #: all print (a mark there may not show to the readers, who read the pixels clear of the
 #: print; the patch reader sees the whole window, print included). Every other reason (the
 #: photo's doubt, the checks for stains, print not seen, ...; but :data:`LIFTABLE_CHECKS`
-#: since session 49) is kept whatever the patch reader says. Why "mostly print": on eleven spent and dev corpora (231 such flags,
-#: 7 of them on a region truly marked) it named "empty" at >= 0.99 on 220 regions, all truly
-#: empty, and never named "empty" on the 7 marked ones.
+#: since session 49) is kept whatever the patch reader says. Why "mostly print": on eleven
+#: spent and dev corpora (231 such flags, 7 of them on a region truly marked) it named
+#: "empty" at >= 0.99 on 220 regions, all truly empty, and never named "empty" on the 7
+#: marked ones.
 #: A flag it may not lift (a stain, something lying on the sheet, a pencil the calibration
 #: lost, the photo's own doubt; before session 49 also a stroke astray, a swatch left blank
 #: and the other :data:`LIFT_BESIDE` flags) leaves every flag of the photo as the two readers
@@ -96,6 +99,8 @@ LIFTABLE_CHECKS = ("a stroke runs through it", "swatch left empty among coloured
 #: nothing: 154 and 159, none wrong).
 LIFT_BESIDE = ("ink beside the print", "colour traced along the outline",
                "photo too coarse to see writing")
+#: Every flag that does not hold a photo's lifting back (its reason's prefix).
+NOT_HOLDING_BACK = LIFTABLE + LIFTABLE_CHECKS + LIFT_BESIDE
 #: Confident readings of these marks are read by the patch reader too, and flagged when it
 #: names another mark first (:func:`confirm`). Why "crossed" (session 45): on the fresh
 #: corpus 5500000 a blue cell of a hard photo was read "crossed" at 0.9983, and the patch
@@ -156,8 +161,6 @@ AGREE_CROSSED_MAX = 0.01
 #: candidates it named at >= 0.9 had a reading under 0.6 (an "empty" at 0.597 truly crossed
 #: out); 27 of ~12,100 lifts go (none wrong), easy and typical sheets clear 449 -> 449.
 AGREE_CONFIDENCE_MIN = 0.6
-#: The pencil colours (the marks :data:`AGREE_CROSSED_MAX` applies to).
-COLOURS = ("orange", "red", "blue", "green", "purple")
 #: The patch side in pixels and the paper around a region's bounding box in a patch: the
 #: windows a dataset is built with when no model says otherwise (``PatchReader.size``,
 #: ``PatchReader.margin_mm`` of a model fitted on them).
@@ -611,7 +614,7 @@ def threshold_key(reader: PatchReader, rd) -> str:
 def crossed_in_doubt(rd, p) -> bool:
     """Whether a colour reading's patch-reader probabilities ``p`` (in :data:`MARKS` order;
     None: not read yet) give "crossed" more than :data:`AGREE_CROSSED_MAX`."""
-    return (p is not None and rd.mark in COLOURS
+    return (p is not None and rd.mark in PENCIL_COLOURS
             and float(p[MARKS.index("crossed")]) > AGREE_CROSSED_MAX)
 
 
@@ -695,7 +698,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     Nothing else changes."""
     out = dict(readings)
     share = sum(1 for rd in readings.values() if rd.review) / max(1, len(readings))
-    held_back = _held_back(readings, LIFTABLE + LIFTABLE_CHECKS + LIFT_BESIDE, objects)
+    held_back = _held_back(readings, NOT_HOLDING_BACK, objects)
     lift = {rid for rid, rd in readings.items()
             if liftable(rd) and lift_threshold(reader, rd) is not None
             } if (share <= reader.photo_flagged_max and held_back is None) else set()
