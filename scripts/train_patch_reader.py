@@ -2,7 +2,7 @@
 """Fit the patch reader (``vision.patch_reader``) and choose its thresholds.
 
     python scripts/train_patch_reader.py --fit A.npz B.npz ... --calib C.npz ... \\
-        [--test D.npz ...] --out calibration/models/patch-v2.npz --id patch-v2
+        [--test D.npz ...] --out calibration/models/patch-v3.npz --id patch-v3
 
 Needs PyTorch (training only: ``pip install torch==2.13.0``; reading needs numpy alone).
 Datasets are ``scripts/patch_dataset.py``'s.

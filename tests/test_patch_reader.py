@@ -334,7 +334,11 @@ def test_the_confident_errors_of_the_fresh_7200000_and_7300000_stay_flagged(tmp_
     a = got.readings[region]
     assert a.review, a  # (it may be read wrong still, but a person is asked to look)
     if a.mark != truth:
-        assert a.features["patch_mark"] == a.mark and "patch_confirmed" not in a.features
+        # never confirmed by the patch reader (patch-v2 named the wrong mark too and was held
+        # off by the rules; patch-v3 names purple on cell.r3.c2, so the readers' "crossed"
+        # meets a patch reader that disagrees)
+        assert "patch_confirmed" not in a.features, a
+        assert a.features["patch_mark"] in (a.mark, truth), a
 
 
 def test_a_missing_damaged_or_foreign_model_is_a_clear_error(tmp_path):

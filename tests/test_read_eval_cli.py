@@ -10,6 +10,7 @@ import pytest
 from calibration.template import get_template
 from sheetcheck.cli import main
 from sheetcheck.simulator import random_marks, simulate_photo
+from vision.patch_reader import DEFAULT_PATCH_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,8 @@ def test_eval_reads_with_another_reader_model_when_asked(folder, tmp_path, capsy
     out_json = tmp_path / "v1.json"
     assert main(["eval", str(one), "--reader", str(MODEL_DIR / "reader-v1.json"),
                  "--json", str(out_json)]) == 0
-    assert "(reader reader-v1, patch reader patch-v2)" in capsys.readouterr().out
+    assert (f"(reader reader-v1, patch reader {DEFAULT_PATCH_MODEL.stem})"
+            in capsys.readouterr().out)
     assert json.loads(out_json.read_text())["reader"]["id"] == "reader-v1"
     assert main(["eval", str(one), "--json", str(out_json)]) == 0
     assert json.loads(out_json.read_text())["reader"]["id"] == DEFAULT_MODEL.stem
@@ -223,7 +225,7 @@ def test_eval_and_read_without_the_patch_reader_when_asked(folder, tmp_path, cap
     assert doc["details"]["reader"]["patch_reader"] is None
     assert main(["read", str(one / "p0.jpg"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["details"]["patch_reader"]["model"] == "patch-v2"
+    assert doc["details"]["patch_reader"]["model"] == DEFAULT_PATCH_MODEL.stem
     assert doc["details"]["reader"]["patch_reader"]["watches"] == ["crossed"]
     assert "symbol" in doc["details"]["reader"]["patch_reader"]["watches_empty_in"]
     assert doc["details"]["reader"]["patch_reader"]["engine"] in ("cv2.dnn", "numpy")

@@ -53,3 +53,31 @@ def test_v16_calibrates_on_spent_measurement_corpora_only():
         painter, seed, count = made[n]
         assert painter == "default" and n == f"spent{seed}"
         assert any(lo <= seed and seed + count - 1 <= hi for lo, hi in SPENT_SEED_RANGES), n
+
+
+def test_patch_recipe_remakes_the_bundled_patch_reader():
+    """scripts/patch_recipe.sh (dry run) fits, calibrates and tests on the datasets the bundled
+    patch reader names in its own meta, with its id and epochs, so the recipe cannot drift from
+    the model it claims to remake."""
+    from vision.patch_reader import DEFAULT_PATCH_MODEL, default_patch_reader
+
+    meta = default_patch_reader().meta
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "patch_recipe.sh"), "/w"],
+                         env={**os.environ, "DRY_RUN": "1"}, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    fit, = [ln for ln in out if "train_patch_reader.py" in ln]
+
+    def listed(flag: str) -> list[str]:
+        part = fit.split(f"--{flag} ", 1)[1].split(" --", 1)[0]
+        return [Path(p).name for p in part.split()]
+
+    assert listed("fit") == meta["training"]["fit"]
+    assert listed("calib") == meta["calibration"]["datasets"]
+    assert listed("test") == sorted(meta["validation"])
+    assert f"--id {meta['id']} " in fit and meta["id"] == DEFAULT_PATCH_MODEL.stem
+    assert f"--out /w/{DEFAULT_PATCH_MODEL.name} " in fit
+    assert f"--epochs {meta['training']['epochs']} " in fit
+    # every dataset the fit reads is made first from its corpus
+    made = {Path(ln.split("--out ", 1)[1].split()[0]).name for ln in out
+            if "patch_dataset.py" in ln}
+    assert set(listed("fit") + listed("calib") + listed("test")) <= made

@@ -53,7 +53,7 @@ from vision.learned import MODEL_DIR, ReaderModelError
 #: The patch reader's model file format.
 PATCH_MODEL_FORMAT = "sheetcheck.patch-reader/1"
 #: The bundled model.
-DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v2.npz"
+DEFAULT_PATCH_MODEL = MODEL_DIR / "patch-v3.npz"
 #: The marks, in the network's output order (``vision.marks.MARKS``).
 MARKS = ("empty", "orange", "red", "blue", "green", "purple", "crossed", "written")
 #: Flag reasons the patch reader may lift (their prefix): the readers' own doubt, and
