@@ -37,6 +37,11 @@ Datasets are ``scripts/patch_dataset.py``'s.
   among ``AGREE_GRID``, for a mark with at least
   ``AGREE_MIN_CANDIDATES`` such rows (datasets made before session 46 hold no reader's own
   mark and add none).
+  The thresholds at which a correction lifts the flag too (session 50,
+  ``switch_confirm_thresholds``) are chosen by the lifting rule (none wrong, one grid step
+  above the highest wrong one, ``GRID``) on the corrections (at the correction thresholds) of
+  readings flagged for a ``LIFTABLE`` reason on a photo with at most ``--photo-flagged-max``
+  of its regions flagged, for a mark with at least ``CONFIRM_MIN_CANDIDATES`` of them.
 - ``--test``: information only (any painter, nothing chosen): what the thresholds lift and
   correct there.
 
@@ -86,6 +91,9 @@ SWITCH_MIN_RIGHT = 10
 #: for one to be chosen.
 AGREE_GRID = (0.9, 0.95, 0.97, 0.98, 0.99)
 AGREE_MIN_CANDIDATES = 30
+#: How many corrections to a mark the calibration rows need for a threshold at which a
+#: correction also lifts the flag to be chosen (session 50).
+CONFIRM_MIN_CANDIDATES = 30
 #: The network's layers: (out channels, max pool after).
 LAYERS = ((16, True), (32, False), (32, True), (64, False), (64, False))
 FIELDS = ("X", "y", "allowed", "kind", "read", "conf", "review", "reason", "seed", "painter",
@@ -239,6 +247,40 @@ def choose_switch_thresholds(P: np.ndarray, d: dict) -> tuple[dict, dict]:
     return th, report
 
 
+def confirm_correction_rows(d: dict, photo_flagged_max: float) -> np.ndarray:
+    """The rows a correction may also lift the flag of (session 50): flagged for a
+    :data:`LIFTABLE` reason (those that are in :data:`SWITCH_FROM` too), on a photo with at
+    most ``photo_flagged_max`` of its regions flagged, whatever its other flags (chosen so on
+    more rows than ``vision.patch_reader.confirm`` would lift on, as the lifting thresholds)."""
+    return _flagged_for(d, LIFTABLE) & (photo_flagged_share(d) <= photo_flagged_max)
+
+
+def choose_switch_confirm_thresholds(P: np.ndarray, d: dict, sw: dict,
+                                     photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
+    """Per mark of ``sw`` (the correction thresholds), the lowest :data:`GRID` threshold at
+    and above which a correction to it on :func:`confirm_correction_rows` is never wrong,
+    one grid step above the highest wrong one, for a mark with at least
+    :data:`CONFIRM_MIN_CANDIDATES` such corrections (the lifting rule: a confirmed correction
+    is a confident reading, so none may be wrong)."""
+    pm, pc = P.argmax(1), P.max(1)
+    rows = confirm_correction_rows(d, photo_flagged_max) & (pm != d["read"])
+    th, report = {}, {}
+    for name in SWITCH_MARKS:
+        m = MARKS.index(name)
+        cand = rows & (pm == m) & (pc >= sw.get(name, 2.0))
+        wrong = cand & (d["y"] != m)
+        top = float(pc[wrong].max()) if wrong.any() else 0.0
+        ok = [t for t in GRID if t > top]
+        if wrong.any():
+            ok = ok[1:]
+        report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
+                        "highest_wrong": round(top, 6)}
+        if ok and cand.sum() >= CONFIRM_MIN_CANDIDATES:
+            th[name] = ok[0]
+            report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
+    return th, report
+
+
 def corrections(P, d, sw) -> dict:
     """What the correction thresholds ``sw`` do to a dataset's rows."""
     pm, pc = P.argmax(1), P.max(1)
@@ -326,7 +368,8 @@ def crossed_in_doubt(P: np.ndarray, d: dict) -> np.ndarray:
 
 
 def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
-          dark_empty_split: bool = False) -> dict:
+          dark_empty_split: bool = False, sw: dict | None = None,
+          sw_confirm: dict | None = None) -> dict:
     pm, pc = P.argmax(1), P.max(1)
     lift = liftable_rows(d, photo_flagged_max)
     keys = row_keys(d) if dark_empty_split else np.asarray(d["read"]).astype(int)
@@ -336,14 +379,22 @@ def lifts(P, d, th, photo_flagged_max: float = 1.0, agree: dict | None = None,
         t = np.where(agree_rows(P, d),
                      np.minimum(t, [agree.get(KEYS[k], 2.0) for k in keys]), t)
     conf = lift & (pm == d["read"]) & (pc >= t)
+    # (session 50) corrections that lift the flag too: on the rows it may lift, a mark of
+    # ``sw_confirm`` (and of ``sw``) other than the reading's, at both thresholds
+    tc = np.array([max((sw or {}).get(MARKS[m], 2.0), (sw_confirm or {}).get(MARKS[m], 2.0))
+                   for m in pm])
+    cconf = (lift & _flagged_for(d, LIFTABLE) & (pm != d["read"]) & (pc >= tc)) if sw_confirm \
+        else np.zeros(len(pm), bool)
     et = np.isin(d["preset"], ["easy", "typical"])
     out = {"flagged": int(d["review"].sum()), "liftable": int(lift.sum()),
            "confirmed": int(conf.sum()), "confirmed_wrong": int((conf & (d["y"] != d["read"])).sum()),
            "confirmed_checks": int((conf & checks).sum()),
            "confirmed_checks_wrong": int((conf & checks & (d["y"] != d["read"])).sum()),
+           "corrections_confirmed": int(cconf.sum()),
+           "corrections_confirmed_wrong": int((cconf & (d["y"] != pm)).sum()),
            "accuracy": round(float((pm == d["y"]).mean()), 5),
            "readers_accuracy": round(float((d["read"] == d["y"]).mean()), 5)}
-    left = d["review"] & ~conf
+    left = d["review"] & ~conf & ~cconf
     phs = np.unique(d["photo"][et])
     out["easy_typical_sheets_clear"] = [int(sum(not d["review"][d["photo"] == q].any() for q in phs)),
                                         int(sum(not left[d["photo"] == q].any() for q in phs)),
@@ -362,20 +413,27 @@ def calibrate(meta: dict, predict, calib_paths, test_paths, photo_flagged_max: f
     print("corrections", json.dumps(sw_report), flush=True)
     agree, agree_report = choose_agree_thresholds(P, calib, photo_flagged_max)
     print("with both readers", json.dumps(agree_report), flush=True)
+    sw_confirm, sw_confirm_report = choose_switch_confirm_thresholds(P, calib, sw,
+                                                                     photo_flagged_max)
+    print("corrections confirmed", json.dumps(sw_confirm_report), flush=True)
     meta = {**meta, "thresholds": th, "photo_flagged_max": photo_flagged_max,
             "switch_thresholds": sw, "agree_thresholds": agree, "dark_empty_split": True,
+            "switch_confirm_thresholds": sw_confirm,
             "calibration": {"datasets": [Path(p).name for p in calib_paths], "by_mark": report,
                             "agree_by_mark": agree_report, "agree_grid": list(AGREE_GRID),
                             "agree_min_candidates": AGREE_MIN_CANDIDATES,
                             "grid": list(GRID), "photo_flagged_max": photo_flagged_max,
                             "switch_by_mark": sw_report, "switch_grid": list(SWITCH_GRID),
                             "switch_loss_max": SWITCH_LOSS_MAX,
-                            "switch_min_right": SWITCH_MIN_RIGHT},
+                            "switch_min_right": SWITCH_MIN_RIGHT,
+                            "switch_confirm_by_mark": sw_confirm_report,
+                            "switch_confirm_min_candidates": CONFIRM_MIN_CANDIDATES},
             "validation": {}}
     for p in test_paths:
         d = load([p], role="test")
         Pd = predict(d)
-        meta["validation"][Path(p).name] = {**lifts(Pd, d, th, photo_flagged_max, agree, True),
+        meta["validation"][Path(p).name] = {**lifts(Pd, d, th, photo_flagged_max, agree, True,
+                                                  sw, sw_confirm),
                                             **corrections(Pd, d, sw)}
         print(Path(p).name, json.dumps(meta["validation"][Path(p).name]), flush=True)
     return meta

@@ -138,18 +138,27 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
     reader = default_patch_reader()
     lifted_any = 0
     for name in ("reefs-3-typical-s12.jpg", "crypts-1-typical-s3.jpg", "reefs-1-easy-s7.jpg"):
+        corrected_confirmed = 0
         before, after = _read_both(name)
         assert list(before.readings) == list(after.readings)
         for rid, b in before.readings.items():
             a = after.readings[rid]
             if a.mark != b.mark:  # a correction: of a flagged reading, to a mark of shape
-                assert b.review and a.review and switchable(b), (rid, b.reason)
+                assert b.review and switchable(b), (rid, b.reason)
                 assert a.mark in SWITCH_MARKS and a.features["patch_mark"] == a.mark
                 assert a.features["patch_confidence"] >= reader.switch_thresholds[a.mark]
                 assert a.features["patch_corrected_from"] == b.mark
-                assert a.reason.startswith(f"the patch reader reads {a.mark} (")
-                assert a.confidence < after.details["review_threshold"]
                 assert a.alternatives[0][0] == a.mark and b.mark in dict(a.alternatives)
+                if a.review:
+                    assert a.reason.startswith(f"the patch reader reads {a.mark} (")
+                    assert a.confidence < after.details["review_threshold"]
+                else:  # (session 50) sure enough where a flag may be lifted: confirmed
+                    corrected_confirmed += 1
+                    assert liftable(b) and after.details["patch_reader"]["held_back_by"] is None
+                    assert a.features["patch_confidence"] >= (
+                        reader.switch_confirm_thresholds[a.mark])
+                    assert a.features["patch_confirmed"] == 1.0 and a.reason == ""
+                    assert a.confidence >= after.details["review_threshold"]
             elif b.review and not a.review:
                 lifted_any += 1
                 # only the readers' own doubt, or (session 49) a stroke through an "empty" or
@@ -194,8 +203,9 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
                                    or (not b.review and b.mark in DISSENT_MARKS)
                                    or (not b.review and b.mark == "empty"
                                        and b.kind in DISSENT_EMPTY_KINDS))
-        assert done["confirmed"] == sum(1 for rid, b in before.readings.items()
-                                        if b.review and not after.readings[rid].review)
+        assert done["confirmed"] + done["corrected_confirmed"] == sum(
+            1 for rid, b in before.readings.items() if b.review and not after.readings[rid].review)
+        assert done["corrected_confirmed"] == corrected_confirmed
         assert done["corrected"] == sum(1 for rid, b in before.readings.items()
                                         if after.readings[rid].mark != b.mark)
         info = after.to_json()["details"]["reader"]["patch_reader"]
@@ -206,6 +216,7 @@ def test_the_patch_reader_lifts_only_the_readers_own_doubt_and_corrects_only_fla
         assert done["confirmed_checks"] == sum(
             1 for a in after.readings.values() if "patch_lifted_check" in a.features)
         assert info["corrects"]["to"] == dict(reader.switch_thresholds)
+        assert info["corrects"]["confirms_at"] == dict(reader.switch_confirm_thresholds)
         assert "patches" in after.timings_ms
     assert lifted_any > 0
 
@@ -613,6 +624,109 @@ def test_a_flagged_reading_the_patch_reader_sees_crossed_out_is_corrected_and_st
     assert got.details["patch_reader"]["confirmed"] == 0
     # the scoring side sees the corrected marks
     assert sum(1 for rid in crossed if got.to_json()["regions"][rid]["mark"] == "crossed") == 4
+
+
+def test_a_correction_it_is_sure_of_where_flags_may_be_lifted_is_no_longer_flagged(
+        tmp_path, monkeypatch):
+    """(session 50) The same crossed-out boxes made "blue, low confidence" before the patch
+    reader sees them, on a photo with no other flag: where it names "crossed" at least at its
+    ``switch_confirm_thresholds`` the correction stands unflagged; where under it, the
+    corrected region stays flagged as before. A model without those thresholds confirms no
+    correction."""
+    import vision.pipeline as pipeline
+    from dataclasses import replace
+
+    from sheetcheck.simulator import simulate_photo
+
+    reader = default_patch_reader()
+    assert "crossed" in reader.switch_confirm_thresholds
+    t = get_template("crypts-1")
+    boxes = [r for r in t.regions if r.kind == "box"]
+    crossed = [r.id for r in boxes[2:6]]
+    path = tmp_path / "crypts-1-easy-crossed.jpg"
+    path.write_bytes(simulate_photo(t, {rid: "crossed" for rid in crossed}, seed=4601,
+                                    preset="easy").jpeg)
+    real = pipeline.confirm_by_patches
+
+    def readers_wrong(readings, *a, **k):
+        out = {rid: (replace(rd, review=False, reason="", confidence=max(rd.confidence, 0.99))
+                     if rd.review else rd) for rid, rd in readings.items()}  # no other flag
+        for rid in crossed:
+            out[rid] = replace(readings[rid], mark="blue", confidence=0.6, review=True,
+                               reason="low confidence (made wrong by the test)")
+        return real(out, *a, **k)
+    monkeypatch.setattr(pipeline, "confirm_by_patches", readers_wrong)
+    got = read_photo(str(path))
+    done = got.details["patch_reader"]
+    assert done["held_back_by"] is None and done["corrected"] == len(crossed)
+    sure = 0
+    for rid in crossed:
+        a = got.readings[rid]
+        assert a.mark == "crossed" and a.features["patch_corrected_from"] == "blue", (rid, a)
+        if a.features["patch_confidence"] >= reader.switch_confirm_thresholds["crossed"]:
+            sure += 1
+            assert not a.review and a.reason == "" and a.features["patch_confirmed"] == 1.0
+            assert a.confidence >= got.details["review_threshold"]
+        else:
+            assert a.review and a.reason.startswith("the patch reader reads crossed (")
+    assert sure >= 1 and done["corrected_confirmed"] == sure
+    assert got.to_json()["regions"][crossed[0]]["mark"] == "crossed"
+    # the same photo with a model that has no such thresholds: every correction stays flagged
+    bare = replace(reader, switch_confirm_thresholds={})
+    got2 = read_photo(str(path), patch_reader=bare)
+    assert got2.details["patch_reader"]["corrected_confirmed"] == 0
+    assert all(got2.readings[rid].review and got2.readings[rid].mark == "crossed"
+               for rid in crossed)
+
+
+def test_a_correction_is_confirmed_one_grid_step_above_its_surest_wrong_one():
+    """(session 50) train_patch_reader.choose_switch_confirm_thresholds: the lifting rule on
+    corrections of the readers' own doubt, on photos at most ``photo_flagged_max`` flagged."""
+    tr = load_script("train_patch_reader")
+    n = 60
+    pc = np.linspace(0.9, 0.99999, n)
+    y = np.full(n, MARKS.index("crossed"))
+    wrong_at = int(np.argmin(abs(pc - 0.9962)))
+    y[wrong_at] = MARKS.index("blue")  # one wrong correction at 0.9962
+    # each on a photo of its own with nine confident "empty" readings beside it (10 % flagged)
+    P = np.zeros((10 * n, 8))
+    P[:n, MARKS.index("crossed")] = pc
+    P[:n, MARKS.index("blue")] = 1 - pc
+    P[n:, 0] = 1.0
+    d = {"review": np.arange(10 * n) < n,
+         "reason": np.array(["low confidence"] * n + [""] * (9 * n)),
+         "read": np.array([MARKS.index("blue")] * n + [0] * (9 * n)),
+         "y": np.concatenate([y, np.zeros(9 * n, int)]),
+         "photo": np.concatenate([np.arange(n), np.repeat(np.arange(n), 9)])}
+    sw = {"crossed": 0.9, "empty": 0.995}
+    th, report = tr.choose_switch_confirm_thresholds(P, d, sw, 0.3)
+    # above 0.9962: 0.998 is the first grid value, one step further 0.999
+    assert th == {"crossed": 0.999} and report["crossed"]["wrong"] == 1
+    assert report["crossed"]["highest_wrong"] == round(float(pc[wrong_at]), 6)
+    assert report["empty"]["candidates"] == 0 and "empty" not in th
+    # a photo's flag that is not the readers' doubt is no row; nor is a photo over the share
+    d2 = {**d, "reason": np.array(["photo too unreliable (test)"] * n + [""] * (9 * n))}
+    assert tr.choose_switch_confirm_thresholds(P, d2, sw, 0.3)[0] == {}
+    d3 = {**d, "photo": np.concatenate([np.arange(n), np.full(9 * n, n)])}  # all flagged
+    assert tr.choose_switch_confirm_thresholds(P, d3, sw, 0.3)[0] == {}
+    assert tr.choose_switch_confirm_thresholds(P, d3, sw, 1.0)[0] == {"crossed": 0.999}
+    # under CONFIRM_MIN_CANDIDATES corrections: none chosen
+    keep = np.concatenate([np.arange(n) >= n - (tr.CONFIRM_MIN_CANDIDATES - 1),
+                           np.ones(9 * n, bool)])
+    d4 = {k: v[keep] for k, v in d.items()}
+    assert tr.choose_switch_confirm_thresholds(P[keep], d4, sw, 0.3)[0] == {}
+    # a correction under the correction threshold is no candidate
+    assert tr.choose_switch_confirm_thresholds(P, d, {"crossed": 0.9999}, 0.3)[1][
+        "crossed"]["candidates"] == int((pc >= 0.9999).sum())
+    # what they do to a dataset (tr.lifts): the sure corrections lift their photos' one flag
+    full = {**d, "hand": d["read"].copy(), "learned": d["read"].copy(),
+            "conf": np.full(10 * n, 0.6), "preset": np.array(["easy"] * (10 * n)),
+            "blank": np.zeros((10 * n, 4))}
+    out = tr.lifts(P, full, {}, 0.3, None, True, sw, th)
+    sure = int((pc >= 0.999).sum())
+    assert out["corrections_confirmed"] == sure and out["corrections_confirmed_wrong"] == 0
+    assert out["easy_typical_sheets_clear"] == [0, sure, n] and out["confirmed"] == 0
+    assert tr.lifts(P, full, {}, 0.3, None, True, sw, None)["corrections_confirmed"] == 0
 
 
 def test_an_empty_treasure_flagged_as_mostly_print_is_confirmed_a_coloured_one_is_not():

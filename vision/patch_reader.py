@@ -334,6 +334,11 @@ class PatchReader:
     #: flagged reading of another mark is corrected to it, still flagged (a model without
     #: them corrects nothing)
     switch_thresholds: Mapping[str, float] = field(default_factory=dict)
+    #: per mark of :data:`SWITCH_MARKS` (session 50): the patch reader's probability at or
+    #: above which such a correction also lifts the flag, where a flag may be lifted (the
+    #: photo not held back, the reading's flag one it may lift); a model without them leaves
+    #: every corrected region flagged
+    switch_confirm_thresholds: Mapping[str, float] = field(default_factory=dict)
     #: per mark (session 47): the patch reader's lower probability at or above which a flagged
     #: reading of that mark is confirmed when both readers, the hand and the learned one, named
     #: that mark too (three opinions agreeing; a model without them asks ``thresholds`` alone)
@@ -540,11 +545,15 @@ def load_patch_reader(path, *, engine: str = "auto") -> PatchReader:
               if m in SWITCH_MARKS}
         agree = {m: float(v) for m, v in meta.get("agree_thresholds", {}).items()
                  if m in keys}
+        # (a mark it never corrects to is never confirmed so either)
+        sw_confirm = {m: float(v) for m, v in meta.get("switch_confirm_thresholds", {}).items()
+                      if m in sw}
         reader = PatchReader(meta=meta, convs=tuple(convs), fc=fc, kinds=tuple(meta["kinds"]),
                              size=int(meta["size"]), margin_mm=float(meta["margin_mm"]),
                              thresholds=th,
                              photo_flagged_max=float(meta.get("photo_flagged_max", 1.0)),
-                             switch_thresholds=sw, agree_thresholds=agree,
+                             switch_thresholds=sw, switch_confirm_thresholds=sw_confirm,
+                             agree_thresholds=agree,
                              dark_empty_split=bool(meta.get("dark_empty_split", False)))
     except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise ReaderModelError(f"the patch reader's model {path} is damaged ({e}).",
@@ -687,7 +696,12 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
       least that mark's threshold, the reading takes that mark and stays flagged: reason "the
       patch reader reads crossed (0.998), not blue (low confidence ...)", confidence the
       patch reader's probability (under ``review_threshold``), feature
-      ``patch_corrected_from`` the readers' mark.
+      ``patch_corrected_from`` the readers' mark. Except (session 50) where a flag may be
+      lifted (the photo as for lifting, the reading's flag one it may lift) and the patch
+      reader names that mark with at least its ``switch_confirm_thresholds``: then the
+      corrected reading is no longer flagged either, its confidence the patch reader's
+      probability (raised to ``review_threshold`` when under it), with the features
+      ``patch_corrected_from`` and ``patch_confirmed`` (1).
     - Watching: every confident reading of a :data:`DISSENT_MARKS` mark, and (session 48)
       every confident "empty" of a region of a :data:`DISSENT_EMPTY_KINDS` kind
       (:func:`watched`), is read too: when the patch reader names another mark first, the
@@ -699,9 +713,9 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     out = dict(readings)
     share = sum(1 for rd in readings.values() if rd.review) / max(1, len(readings))
     held_back = _held_back(readings, NOT_HOLDING_BACK, objects)
+    may_lift = share <= reader.photo_flagged_max and held_back is None
     lift = {rid for rid, rd in readings.items()
-            if liftable(rd) and lift_threshold(reader, rd) is not None
-            } if (share <= reader.photo_flagged_max and held_back is None) else set()
+            if liftable(rd) and lift_threshold(reader, rd) is not None} if may_lift else set()
     # (session 48) corrections are held back by something lying on the sheet alone: a flag of
     # a check elsewhere on the photo (a stain, a stroke astray, a lost pencil) is no reason to
     # leave a flagged mark the patch reader is sure of as the readers read it (see
@@ -713,6 +727,7 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
     watch = [rid for rid, rd in readings.items() if watched(rd)]
     summary = {"model": reader.id, "read": 0, "confirmed": 0, "confirmed_with_readers": 0,
                "confirmed_checks": 0, "dissents": 0, "corrected": 0,
+               "corrected_confirmed": 0,
                "photo_flagged": round(share, 4), "held_back_by": held_back,
                "corrections_held_back_by": switch_held_back}
     todo = [rid for rid in readings if rid in lift or rid in switch] + watch
@@ -765,11 +780,20 @@ def confirm(readings: Mapping[str, Any], source, template, expected: np.ndarray,
         elif (rid in switch and pm != rd.mark and pm in reader.switch_thresholds
               and pc >= reader.switch_thresholds[pm]):
             feats["patch_corrected_from"] = rd.mark
-            out[rid] = replace(rd, mark=pm, confidence=float(min(pc, cap)), features=feats,
-                               alternatives=((pm, pc),) + tuple(
-                                   a for a in rd.alternatives if a[0] != pm),
-                               reason=f"the patch reader reads {pm} ({pc:.3f}), not "
-                                      f"{rd.mark} ({rd.reason})")
+            alternatives = ((pm, pc),) + tuple(a for a in rd.alternatives if a[0] != pm)
+            if (may_lift and liftable(rd) and pm in reader.switch_confirm_thresholds
+                    and pc >= reader.switch_confirm_thresholds[pm]):
+                # (session 50) sure enough, where a flag may be lifted: the correction stands
+                feats["patch_confirmed"] = 1.0
+                out[rid] = replace(rd, mark=pm, review=False,
+                                   confidence=max(pc, review_threshold), features=feats,
+                                   alternatives=alternatives, reason="")
+                summary["corrected_confirmed"] += 1
+            else:
+                out[rid] = replace(rd, mark=pm, confidence=float(min(pc, cap)),
+                                   features=feats, alternatives=alternatives,
+                                   reason=f"the patch reader reads {pm} ({pc:.3f}), not "
+                                          f"{rd.mark} ({rd.reason})")
             summary["corrected"] += 1
         else:
             out[rid] = replace(rd, features=feats)

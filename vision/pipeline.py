@@ -429,8 +429,12 @@ def _read_photo(photo, *, template_id, dpi, palette, review_threshold, refine, k
                                       # (session 48) and confident "empty" readings of these
                                       "watches_empty_in": list(DISSENT_EMPTY_KINDS),
                                       # (session 46) flagged marks it corrects, still flagged
+                                      # (session 50) but confirmed at "confirms_at" where
+                                      # a flag may be lifted
                                       "corrects": {"from": list(SWITCH_FROM),
-                                                   "to": dict(reader3.switch_thresholds)},
+                                                   "to": dict(reader3.switch_thresholds),
+                                                   "confirms_at":
+                                                       dict(reader3.switch_confirm_thresholds)},
                                       # (session 46) where its convolutions ran
                                       "engine": reader3.engine}
                                      if reader3 is not None else None)}
