@@ -104,7 +104,8 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
                                      (5900299, 1570119), (6100299, 1590119),
                                      (6300299, 1620119), (6500299, 1640119),
                                      (6700299, 1660119), (6900299, 1680119),
-                                     (7100299, 1710119), (7300299, 1730119)):
+                                     (7100299, 1710119), (7300299, 1730119),
+                                     (7700299, 1750119), (7900299, 1770119)):
         assert reader_dataset.seed_allowed(default_end) and reader_dataset.seed_allowed(heldout_end)
         assert not reader_dataset.seed_allowed(default_end + 1)
         assert not reader_dataset.seed_allowed(heldout_end + 1)
@@ -112,15 +113,15 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     assert reader_dataset.seed_allowed(7500299)  # (session 49's last default corpus, no pair)
     assert not reader_dataset.seed_allowed(7500300)
     assert not reader_dataset.seed_allowed(4100300)
-    # (crossed out at rate 0.3, sessions 42-49: default and held-out painters)
+    # (crossed out at rate 0.3, sessions 42-50: default and held-out painters)
     for end in (4800119, 5000119, 5200119, 5400119, 5600119, 5800119, 6000119, 6200119, 6400119,
-                6600119, 6800119, 7000119, 7200119, 7400119, 1450119, 1470119, 1490119, 1520119,
-                1540119, 1560119, 1580119, 1610119, 1630119, 1650119, 1670119, 1690119, 1720119,
-                1740119):
+                6600119, 6800119, 7000119, 7200119, 7400119, 7600119, 7800119, 1450119, 1470119,
+                1490119, 1520119, 1540119, 1560119, 1580119, 1610119, 1630119, 1650119, 1670119,
+                1690119, 1720119, 1740119, 1760119, 1780119):
         assert reader_dataset.seed_allowed(end) and not reader_dataset.seed_allowed(end + 1)
-    assert not reader_dataset.seed_allowed(7600000)  # the next fresh measurements: never
-    assert not reader_dataset.seed_allowed(7700000)
-    assert not reader_dataset.seed_allowed(1750000)  # the next held-out one (1500000-1700000: default's)
+    assert not reader_dataset.seed_allowed(8000000)  # the next fresh measurements: never
+    assert not reader_dataset.seed_allowed(8100000)
+    assert not reader_dataset.seed_allowed(1790000)  # the next held-out one (1500000-1800000: default's)
     # (the held-out painter's spent corpora: datasets may be built to check a rule on, while
     # train_reader refuses their painter for calibration, below)
     assert reader_dataset.seed_allowed(1150119) and reader_dataset.seed_allowed(1170000)
@@ -138,7 +139,7 @@ def test_only_spent_measurement_seeds_may_calibrate(tmp_path):
     with pytest.raises(SystemExit, match="seeds >= 100000"):
         train_reader.load_sets([save("spent.npz", [400001])])  # not for fitting
     with pytest.raises(SystemExit, match="unspent evaluation seeds"):
-        train_reader.load_sets([save("fresh.npz", [7700001])], calib_only=True)
+        train_reader.load_sets([save("fresh.npz", [8100001])], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):
         train_reader.load_sets([save("ho.npz", [710001], "heldout")], calib_only=True)
     with pytest.raises(SystemExit, match="painter"):  # (spent since session 24, held-out)
@@ -277,12 +278,12 @@ def test_a_corpus_whose_every_photo_is_refused_gives_a_clear_error_and_no_file(t
     root = Path(__file__).resolve().parents[1]
     folder = tmp_path / "fresh"
     folder.mkdir()
-    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s7700001.jpg")
+    shutil.copy(root / "sample_photos" / "crypts-1-easy-s1.jpg", folder / "crypts-1-easy-s8100001.jpg")
     truth = json.loads((root / "sample_photos" / "crypts-1-easy-s1.truth.json").read_text())
-    truth["seed"] = 7700001  # (the next fresh measurement's: never read for the reader)
-    (folder / "crypts-1-easy-s7700001.truth.json").write_text(json.dumps(truth))
+    truth["seed"] = 8100001  # (the next fresh measurement's: never read for the reader)
+    (folder / "crypts-1-easy-s8100001.truth.json").write_text(json.dumps(truth))
     out = tmp_path / "rows.npz"
     assert reader_dataset.main([str(folder), "--out", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "no photo gave rows (1 skipped: seed 7700001 not allowed" in err
+    assert "no photo gave rows (1 skipped: seed 8100001 not allowed" in err
     assert not out.exists()
