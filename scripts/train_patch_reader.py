@@ -268,16 +268,10 @@ def choose_switch_confirm_thresholds(P: np.ndarray, d: dict, sw: dict,
     for name in SWITCH_MARKS:
         m = MARKS.index(name)
         cand = rows & (pm == m) & (pc >= sw.get(name, 2.0))
-        wrong = cand & (d["y"] != m)
-        top = float(pc[wrong].max()) if wrong.any() else 0.0
-        ok = [t for t in GRID if t > top]
-        if wrong.any():
-            ok = ok[1:]
-        report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
-                        "highest_wrong": round(top, 6)}
-        if ok and cand.sum() >= CONFIRM_MIN_CANDIDATES:
-            th[name] = ok[0]
-            report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
+        t, report[name] = _one_step_above(pc, cand, cand & (d["y"] != m), GRID,
+                                          CONFIRM_MIN_CANDIDATES)
+        if t is not None:
+            th[name] = t
     return th, report
 
 
@@ -315,18 +309,27 @@ def _step_above(P: np.ndarray, d: dict, rows: np.ndarray, grid: tuple,
     for k, name in enumerate(KEYS):
         m = MARKS.index(name.split(":")[0])
         cand = rows & (keys == k) & (pm == m)
-        wrong = cand & (d["y"] != m)
-        top = float(pc[wrong].max()) if wrong.any() else 0.0
-        ok = [t for t in grid if t > top]
-        # one grid step above the highest wrong confirmation
-        if wrong.any():
-            ok = ok[1:]
-        report[name] = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
-                        "highest_wrong": round(top, 6)}
-        if ok and cand.sum() >= min_candidates:
-            th[name] = ok[0]
-            report[name].update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
+        t, report[name] = _one_step_above(pc, cand, cand & (d["y"] != m), grid, min_candidates)
+        if t is not None:
+            th[name] = t
     return th, report
+
+
+def _one_step_above(pc: np.ndarray, cand: np.ndarray, wrong: np.ndarray, grid: tuple,
+                    min_candidates: int) -> tuple[float | None, dict]:
+    """The lowest ``grid`` threshold one grid step above the highest probability ``pc`` of a
+    ``wrong`` candidate (the lowest at all when none is wrong), or None (fewer than
+    ``min_candidates`` candidates, or none left on the grid); and its report."""
+    top = float(pc[wrong].max()) if wrong.any() else 0.0
+    ok = [t for t in grid if t > top]
+    if wrong.any():  # one grid step above the highest wrong confirmation
+        ok = ok[1:]
+    report = {"candidates": int(cand.sum()), "wrong": int(wrong.sum()),
+              "highest_wrong": round(top, 6)}
+    if not ok or cand.sum() < min_candidates:
+        return None, report
+    report.update(threshold=ok[0], confirmed=int((cand & (pc >= ok[0])).sum()))
+    return ok[0], report
 
 
 def choose_thresholds(P: np.ndarray, d: dict, photo_flagged_max: float = 1.0) -> tuple[dict, dict]:
