@@ -16,7 +16,8 @@ running through it or as a swatch left blank) is confirmed when the patch reader
 same mark at least as sure as its threshold for that mark, on a photo that is otherwise
 clear; a confident "crossed" it reads as another mark is flagged; and (session 46) a flagged
 reading it is sure is crossed out, blank or written on is corrected to that
-mark and stays flagged. It never changes the mark of a reading nobody is asked to look at.
+mark and stays flagged (since session 50 not when it is surer still, on a photo where a flag
+may be lifted). It never changes the mark of a reading nobody is asked to look at.
 Why: the two readers and a network are wrong on different regions (session 45: of 2,755
 regions flagged on easy and typical photos of a spent held-out corpus, a first version of the
 network named the same mark on 1,761 at >= 0.99, none of them wrong; session 46: where the
@@ -331,8 +332,8 @@ class PatchReader:
     #: patch reader was sure of wrong readings too)
     photo_flagged_max: float = 1.0
     #: per mark of :data:`SWITCH_MARKS`: the patch reader's probability at or above which a
-    #: flagged reading of another mark is corrected to it, still flagged (a model without
-    #: them corrects nothing)
+    #: flagged reading of another mark is corrected to it, still flagged but for
+    #: ``switch_confirm_thresholds`` (a model without them corrects nothing)
     switch_thresholds: Mapping[str, float] = field(default_factory=dict)
     #: per mark of :data:`SWITCH_MARKS` (session 50): the patch reader's probability at or
     #: above which such a correction also lifts the flag, where a flag may be lifted (the
